@@ -1,0 +1,222 @@
+"""The tile graph of one decode step: every operator cut into tiles, with buffers and dependency counters.
+
+Stages run in this order per step (a stage is one operator of one layer):
+    embed, [qkv, attn, merge, o, gateup, down] x layers, lmhead, argmax
+Matrix stages are cut along output rows into `workers` pieces of (nearly) equal bytes: the rows of the stage
+are laid end to end and cut evenly, and a piece that straddles a segment boundary (one KV group's q, k or v
+rows; these must not mix, because attention for a group waits on exactly that group's tiles) becomes two
+tiles of the same piece. The scheduler keeps a piece on one worker, so every worker streams the same bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .format import DType, Op, TILE, weight_index
+from .shape import ModelShape
+
+
+@dataclass
+class TileSpec:
+    op: Op
+    stage: int
+    piece: int                      # tiles of one piece go to one worker
+    name: str
+    fields: dict                    # Tile fields other than wait_begin / wait_count
+    waits: list = field(default_factory=list)   # (counter, count, step_offset)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.fields["weight_bytes"]
+
+
+@dataclass
+class BufferSpec:
+    name: str
+    numel: int
+    dtype: DType
+
+
+@dataclass
+class TileGraph:
+    shape: ModelShape
+    workers: int
+    policy: str
+    buffers: list
+    counters: list                  # counter names
+    stages: list                    # stage names
+    tiles: list
+    attn_partitions: int
+    attn_granule: int
+    lm_tiles: int
+    argmax_counter: int
+    context_hint: int
+
+    def buffer_id(self, name: str) -> int:
+        return next(i for i, b in enumerate(self.buffers) if b.name == name)
+
+
+POLICIES = ("tiles", "waves")
+
+
+def cut_rows(segments, pieces: int):
+    """Cut segments [(key, rows)] laid end to end into `pieces` near-equal pieces.
+
+    Returns [(piece, key, row_begin, row_end)] with rows local to the segment; empty pieces are dropped.
+    """
+    total = sum(n for _, n in segments)
+    out = []
+    starts = []
+    acc = 0
+    for key, n in segments:
+        starts.append((key, acc, acc + n))
+        acc += n
+    for p in range(pieces):
+        lo, hi = (p * total) // pieces, ((p + 1) * total) // pieces
+        for key, s0, s1 in starts:
+            a, b = max(lo, s0), min(hi, s1)
+            if a < b:
+                out.append((p, key, a - s0, b - s0))
+    return out
+
+
+def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
+                attn_granule: int = 32, context_hint: int = 512) -> TileGraph:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    s = shape
+    L, H, hd, G = s.num_layers, s.hidden, s.head_dim, s.group
+    nq, nkv = s.num_heads * hd, s.num_kv_heads * hd
+    P = attn_partitions or max(1, workers // s.num_kv_heads)
+
+    buffers: list[BufferSpec] = []
+    bid: dict[str, int] = {}
+
+    def buf(name, numel, dtype):
+        bid[name] = len(buffers)
+        buffers.append(BufferSpec(name, numel, dtype))
+
+    for l in range(L + 1):
+        buf(f"x{l}", H, DType.F32)
+    for l in range(L):
+        buf(f"xm{l}", H, DType.F32)
+        buf(f"q{l}", nq, DType.BF16)
+        buf(f"knew{l}", nkv, DType.BF16)
+        buf(f"vnew{l}", nkv, DType.BF16)
+        buf(f"attn_part{l}", s.num_kv_heads * P * G * (hd + 2), DType.F32)
+        buf(f"attn_out{l}", nq, DType.BF16)
+        buf(f"act{l}", s.intermediate, DType.BF16)
+    lm_segments = cut_rows([("lm", s.vocab)], workers)
+    lm_tiles = len(lm_segments)
+    buf("lm_partial", 2 * lm_tiles, DType.F32)
+
+    counters: list[str] = []
+    cid: dict[str, int] = {}
+
+    def counter(name):
+        cid[name] = len(counters)
+        counters.append(name)
+        return cid[name]
+
+    stages: list[str] = []
+    stage_counters: list[list[int]] = []   # counters signalled by each stage
+    tiles: list[TileSpec] = []
+    signals: dict[int, int] = {}           # counter -> arrivals per step
+
+    def W(layer, slot):
+        return weight_index(layer, slot, L)
+
+    def new_stage(name, counter_names):
+        stages.append(name)
+        stage_counters.append([counter(c) for c in counter_names])
+        return len(stages) - 1
+
+    def add(op, stage, piece, name, signal, waits, **f):
+        base = {k: -1 for k, _ in TILE.fields}
+        base.update(op=int(op), layer=-1, row_begin=0, row_end=0, out_offset=0, aux0=0, aux1=0,
+                    wait_begin=0, wait_count=0, weight_bytes=0)
+        base.update(f)
+        base["signal"] = signal
+        signals[signal] = signals.get(signal, 0) + 1
+        if policy == "waves" and stage > 0:
+            prev = stage_counters[stage - 1]
+            waits = [(c, None, 0) for c in prev] + [w for w in waits if w[2] != 0]
+        tiles.append(TileSpec(op, stage, piece, name, base, waits))
+
+    def full(counter_name):
+        """Wait for every arrival at a counter in this step (count filled in once all tiles exist)."""
+        return (cid[counter_name], None, 0)
+
+    # EMBED: waits for the previous step's token.
+    st = new_stage("embed", ["embed"])
+    add(Op.EMBED, st, 0, "embed", cid["embed"], [("argmax", None, -1)],
+        weight=W(0, "embed"), out_buf=bid["x0"], row_begin=0, row_end=1, weight_bytes=H * 2)
+
+    for l in range(L):
+        x_in = "embed" if l == 0 else f"down{l - 1}"
+        # QKV, grouped by KV head so attention for a group waits only on its own rows.
+        st = new_stage(f"L{l}.qkv", [f"qkv{l}.{h}" for h in range(s.num_kv_heads)])
+        segs = []
+        for h in range(s.num_kv_heads):
+            segs += [(("q", h), G * hd), (("k", h), hd), (("v", h), hd)]
+        for piece, (which, h), r0, r1 in cut_rows(segs, workers):
+            base_row = h * (G * hd if which == "q" else hd)
+            out = {"q": f"q{l}", "k": f"knew{l}", "v": f"vnew{l}"}[which]
+            add(Op.QKV, st, piece, f"L{l}.{which}[g{h}] rows {base_row + r0}:{base_row + r1}",
+                cid[f"qkv{l}.{h}"], [full(x_in)],
+                layer=l, weight=W(l, which), norm=W(l, "input_norm"), in_buf=bid[f"x{l}"],
+                row_begin=base_row + r0, row_end=base_row + r1, out_buf=bid[out], out_offset=base_row + r0,
+                weight_bytes=(r1 - r0) * H * 2)
+        # Attention: one tile per (KV head, partition).
+        st = new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
+        per = -(-context_hint // P)
+        for h in range(s.num_kv_heads):
+            for p in range(P):
+                add(Op.ATTN, st, h * P + p, f"L{l}.attn[h{h} p{p}]", cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
+                    layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
+                    out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
+                    weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
+        st = new_stage(f"L{l}.merge", [f"merge{l}"])
+        for h in range(s.num_kv_heads):
+            add(Op.MERGE, st, h, f"L{l}.merge[h{h}]", cid[f"merge{l}"], [full(f"attn{l}.{h}")],
+                layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
+                weight_bytes=P * G * (hd + 2) * 4)
+        st = new_stage(f"L{l}.o", [f"o{l}"])
+        for piece, _, r0, r1 in cut_rows([("o", H)], workers):
+            add(Op.RESID, st, piece, f"L{l}.o rows {r0}:{r1}", cid[f"o{l}"], [full(f"merge{l}")],
+                layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
+                out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
+        st = new_stage(f"L{l}.gateup", [f"gateup{l}"])
+        for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], workers):
+            add(Op.GATEUP, st, piece, f"L{l}.gateup rows {r0}:{r1}", cid[f"gateup{l}"], [full(f"o{l}")],
+                layer=l, weight=W(l, "gate"), weight2=W(l, "up"), norm=W(l, "post_norm"), in_buf=bid[f"xm{l}"],
+                out_buf=bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
+                weight_bytes=2 * (r1 - r0) * H * 2)
+        st = new_stage(f"L{l}.down", [f"down{l}"])
+        for piece, _, r0, r1 in cut_rows([("down", H)], workers):
+            add(Op.RESID, st, piece, f"L{l}.down rows {r0}:{r1}", cid[f"down{l}"], [full(f"gateup{l}")],
+                layer=l, weight=W(l, "down"), in_buf=bid[f"act{l}"], in2_buf=bid[f"xm{l}"],
+                out_buf=bid[f"x{l + 1}"], row_begin=r0, row_end=r1, out_offset=r0,
+                weight_bytes=(r1 - r0) * s.intermediate * 2)
+
+    st = new_stage("lmhead", ["lm"])
+    for slot, (piece, _, r0, r1) in enumerate(lm_segments):
+        add(Op.LMHEAD, st, piece, f"lmhead rows {r0}:{r1}", cid["lm"], [full(f"down{L - 1}")],
+            weight=W(0, "lm_head"), norm=W(0, "final_norm"), in_buf=bid[f"x{L}"], out_buf=bid["lm_partial"],
+            row_begin=r0, row_end=r1, aux0=slot, weight_bytes=(r1 - r0) * H * 2)
+    st = new_stage("argmax", ["argmax"])
+    add(Op.ARGMAX, st, 0, "argmax", cid["argmax"], [full("lm")], in_buf=bid["lm_partial"], aux0=lm_tiles,
+        weight_bytes=lm_tiles * 8)
+
+    # Resolve counts: a wait covers every arrival at its counter in a step.
+    for t in tiles:
+        resolved = []
+        for c, count, off in t.waits:
+            c = cid[c] if isinstance(c, str) else c
+            resolved.append((c, signals[c] if count is None else count, off))
+        t.waits = resolved
+
+    return TileGraph(shape=s, workers=workers, policy=policy, buffers=buffers, counters=counters, stages=stages,
+                     tiles=tiles, attn_partitions=P, attn_granule=attn_granule, lm_tiles=lm_tiles,
+                     argmax_counter=cid["argmax"], context_hint=context_hint)
