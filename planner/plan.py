@@ -43,7 +43,7 @@ class Plan:
     worker_offsets: np.ndarray  # [num_workers + 1]
     worker_tiles: np.ndarray   # [num_tiles]
     weight_shapes: np.ndarray  # [num_weights, 2]
-    names: list = field(default_factory=list)  # tile names (build-time only; see describe_tile)
+    names: list = field(default_factory=list)  # optional name overrides; plans name tiles by describe_tile
     policy: str = "tiles"
 
     @property
@@ -54,7 +54,9 @@ class Plan:
         return dict(zip((f for f, _ in TILE.fields), (int(v) for v in self.tiles[i])))
 
     def tile_name(self, i: int) -> str:
-        return self.names[i] if i < len(self.names) and self.names[i] else describe_tile(self.tile(i))
+        if i < len(self.names) and self.names[i]:
+            return self.names[i]
+        return describe_tile(self.tile(i), self.header)
 
     def worker_list(self, w: int) -> np.ndarray:
         return self.worker_tiles[self.worker_offsets[w]:self.worker_offsets[w + 1]]
@@ -97,15 +99,39 @@ class Plan:
         )
 
 
-def describe_tile(t: dict) -> str:
-    op = Op(t["op"]).name.lower()
+def slot_name(weight: int, num_layers: int) -> str:
+    """Weight index -> slot name ("q", "lm_head", ...); "w<i>" when out of range."""
+    per = len(fmt.LAYER_SLOTS)
+    if 0 <= weight < num_layers * per:
+        return fmt.LAYER_SLOTS[weight % per]
+    if 0 <= weight - num_layers * per < len(fmt.FINAL_SLOTS):
+        return fmt.FINAL_SLOTS[weight - num_layers * per]
+    return f"w{weight}"
+
+
+def describe_tile(t: dict, header: dict | None = None) -> str:
+    """A tile's name from its fields (and the plan header, for slot names and KV groups). Plans name their
+    tiles only this way, so a tile has the same name at build time, at load time and in kernel errors."""
+    try:
+        op = Op(t["op"]).name.lower()
+    except ValueError:
+        return f"op{t['op']}"
     where = f"L{t['layer']}." if t["layer"] >= 0 else ""
-    if t["op"] in (Op.ATTN,):
+    rows = f"rows {t['row_begin']}:{t['row_end']}"
+    if t["op"] == Op.ATTN:
         return f"{where}{op}[h{t['aux0']} p{t['aux1']}]"
-    if t["op"] in (Op.MERGE,):
+    if t["op"] == Op.MERGE:
         return f"{where}{op}[h{t['aux0']}]"
-    if t["op"] in (Op.QKV, Op.RESID, Op.GATEUP, Op.LMHEAD):
-        return f"{where}{op}[w{t['weight']}] rows {t['row_begin']}:{t['row_end']}"
+    if t["op"] in (Op.GATEUP, Op.LMHEAD):
+        return f"{where}{op} {rows}"
+    if t["op"] in (Op.QKV, Op.RESID):
+        if header is None:
+            return f"{where}{op}[w{t['weight']}] {rows}"
+        slot = slot_name(t["weight"], header["num_layers"])
+        hd = max(header["head_dim"], 1)
+        per_group = hd * max(header["num_heads"] // max(header["num_kv_heads"], 1), 1) if slot == "q" else hd
+        group = f"[g{t['row_begin'] // per_group}]" if slot in ("q", "k", "v") else ""
+        return f"{where}{slot}{group} {rows}"
     return f"{where}{op}"
 
 
@@ -176,12 +202,8 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
         o += n
     header["total_words"] = o
     plan = Plan(shape, gpu, header, buffers, tiles, waits, worker_offsets, worker_tiles, weight_shapes,
-                names=[t.name for t in g.tiles], policy=policy)
+                policy=policy)
     if validate:
-        try:
-            from .validate import validate_plan
-        except ImportError:  # validator lands separately; build still works without it
-            validate_plan = None
-        if validate_plan is not None:
-            validate_plan(plan)
+        from .validate import validate_plan  # late import: validate.py imports this module
+        validate_plan(plan)
     return plan

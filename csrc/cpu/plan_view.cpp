@@ -1,0 +1,217 @@
+// Structural check of a plan blob (see plan_view.h). Runs once per launch; cost is linear in the blob.
+#include "cpu/plan_view.h"
+
+#include <cstring>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "op_checks.h"
+
+namespace tiles {
+namespace cpu {
+
+namespace {
+
+const char* op_name(int32_t op) {
+  switch (op) {
+    case kOpEmbed: return "EMBED";
+    case kOpQkv: return "QKV";
+    case kOpAttn: return "ATTN";
+    case kOpMerge: return "MERGE";
+    case kOpResid: return "RESID";
+    case kOpGateup: return "GATEUP";
+    case kOpLmhead: return "LMHEAD";
+    case kOpArgmax: return "ARGMAX";
+    default: return "unknown op";
+  }
+}
+
+int64_t dtype_bytes(int32_t dt) { return dt == kDTypeBf16 ? 2 : 4; }
+
+struct TileChecker {
+  const PlanView& p;
+  int64_t i;
+  const Tile& t;
+
+  void fail_if(bool bad, const char* what) const {
+    TORCH_CHECK(!bad, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ", layer ", t.layer, "): ",
+                what);
+  }
+  // Buffer `b` exists, has dtype `dt` and at least `need` elements.
+  void buffer(int32_t b, int32_t dt, int64_t need, const char* field) const {
+    TORCH_CHECK(b >= 0 && b < p.h.num_buffers, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op),
+                ") ", field, " = ", b, " is not a buffer id [0, ", p.h.num_buffers, ")");
+    const Buffer& buf = p.buffers[b];
+    TORCH_CHECK(buf.dtype == dt && buf.numel >= need, "tiles::decode_step: bad plan: tile ", i, " (",
+                op_name(t.op), ") ", field, " = buffer ", b, " has dtype ", buf.dtype, " and ", buf.numel,
+                " elements, the op needs dtype ", dt, " and at least ", need);
+  }
+  // Weight `w` is a matrix with `cols` columns and at least `rows` rows.
+  void matrix(int32_t w, int64_t rows, int64_t cols, const char* field) const {
+    TORCH_CHECK(w >= 0 && w < p.h.num_weights, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ") ",
+                field, " = ", w, " is not a weight index [0, ", p.h.num_weights, ")");
+    int64_t r, c;
+    expected_weight_shape(p.h, w, &r, &c);
+    TORCH_CHECK(c == cols && r >= rows, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ") ", field,
+                " = weight ", w, " is [", r, ", ", c, "], the tile needs ", cols, " columns and ", rows, " rows");
+  }
+  void vector(int32_t w, int64_t n, const char* field) const {
+    TORCH_CHECK(w >= 0 && w < p.h.num_weights, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ") ",
+                field, " = ", w, " is not a weight index");
+    int64_t r, c;
+    expected_weight_shape(p.h, w, &r, &c);
+    TORCH_CHECK(c == 0 && r == n, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ") ", field,
+                " = weight ", w, " is not a norm vector of ", n, " elements");
+  }
+  void rows() const { fail_if(t.row_begin < 0 || t.row_end <= t.row_begin, "empty or negative row range"); }
+  void layer() const { fail_if(t.layer < 0 || t.layer >= p.h.num_layers, "layer out of range"); }
+};
+
+}  // namespace
+
+PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
+  TORCH_CHECK(words >= kHeaderWords, "tiles::decode_step: bad plan: ", words, " words, fewer than the header");
+  PlanView p;
+  std::memcpy(&p.h, blob, sizeof(Header));
+  TORCH_CHECK(std::memcmp(&p.h, &host, sizeof(Header)) == 0,
+              "tiles::decode_step: the plan tensor's header differs from plan_header (the plan tensor and the "
+              "header list come from different plans)");
+  const Header& h = p.h;
+  TORCH_CHECK(h.total_words == words, "tiles::decode_step: bad plan: total_words ", h.total_words, " but ", words,
+              " words given");
+  auto section = [&](int32_t off, int64_t n, const char* name) {
+    TORCH_CHECK(n >= 0 && off >= kHeaderWords && int64_t(off) + n <= words, "tiles::decode_step: bad plan: ", name,
+                " section [", off, ", +", n, ") outside the blob of ", words, " words");
+    return blob + off;
+  };
+  p.buffers = reinterpret_cast<const Buffer*>(section(h.buffers_offset, int64_t(h.num_buffers) * kBufferWords,
+                                                      "buffers"));
+  p.tiles = reinterpret_cast<const Tile*>(section(h.tiles_offset, int64_t(h.num_tiles) * kTileWords, "tiles"));
+  p.waits = reinterpret_cast<const Wait*>(section(h.waits_offset, int64_t(h.num_waits) * kWaitWords, "waits"));
+  p.worker_offsets = section(h.worker_offsets_offset, int64_t(h.num_workers) + 1, "worker_offsets");
+  p.worker_tiles = section(h.worker_tiles_offset, h.num_tiles, "worker_tiles");
+  p.weight_shapes = section(h.weight_shapes_offset, int64_t(h.num_weights) * 2, "weight_shapes");
+
+  for (int64_t w = 0; w < h.num_weights; ++w) {
+    int64_t r, c;
+    expected_weight_shape(h, w, &r, &c);
+    TORCH_CHECK(p.weight_shapes[2 * w] == r && p.weight_shapes[2 * w + 1] == c, "tiles::decode_step: bad plan: "
+                "weight_shapes[", w, "] = [", p.weight_shapes[2 * w], ", ", p.weight_shapes[2 * w + 1],
+                "] disagrees with the header dimensions ([", r, ", ", c, "])");
+  }
+  for (int64_t b = 0; b < h.num_buffers; ++b) {
+    const Buffer& buf = p.buffers[b];
+    TORCH_CHECK(buf.dtype == kDTypeF32 || buf.dtype == kDTypeBf16 || buf.dtype == kDTypeI32,
+                "tiles::decode_step: bad plan: buffer ", b, " has unknown dtype ", buf.dtype);
+    TORCH_CHECK(buf.offset_bytes >= 0 && buf.offset_bytes % 4 == 0 && buf.numel >= 0 &&
+                    int64_t(buf.offset_bytes) + buf.numel * dtype_bytes(buf.dtype) <= h.scratch_bytes,
+                "tiles::decode_step: bad plan: buffer ", b, " (offset ", buf.offset_bytes, ", ", buf.numel,
+                " elements) does not fit the ", h.scratch_bytes, "-byte scratch arena");
+  }
+  TORCH_CHECK(p.worker_offsets[0] == 0 && p.worker_offsets[h.num_workers] == h.num_tiles,
+              "tiles::decode_step: bad plan: worker_offsets must run from 0 to num_tiles");
+  std::vector<char> seen(h.num_tiles, 0);
+  for (int64_t w = 0; w < h.num_workers; ++w) {
+    TORCH_CHECK(p.worker_offsets[w] <= p.worker_offsets[w + 1], "tiles::decode_step: bad plan: worker_offsets "
+                "decrease at worker ", w);
+  }
+  for (int64_t k = 0; k < h.num_tiles; ++k) {
+    const int32_t t = p.worker_tiles[k];
+    TORCH_CHECK(t >= 0 && t < h.num_tiles && !seen[t], "tiles::decode_step: bad plan: worker_tiles[", k, "] = ", t,
+                " is out of range or listed twice (every tile must belong to exactly one worker)");
+    seen[t] = 1;
+  }
+
+  const int64_t H = h.hidden, hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions;
+  const int64_t nq = int64_t(h.num_heads) * hd, nkv = int64_t(h.num_kv_heads) * hd;
+  const int64_t parts = int64_t(h.num_kv_heads) * P * G * (hd + 2);
+  int argmax_tiles = 0;
+  for (int64_t i = 0; i < h.num_tiles; ++i) {
+    const Tile& t = p.tiles[i];
+    TileChecker c{p, i, t};
+    c.fail_if(t.wait_count < 0 || t.wait_begin < 0 || int64_t(t.wait_begin) + t.wait_count > h.num_waits,
+              "wait records out of range");
+    for (int32_t k = 0; k < t.wait_count; ++k) {
+      const Wait& wt = p.waits[t.wait_begin + k];
+      c.fail_if(wt.counter < 0 || wt.counter >= h.num_counters, "waits on a counter out of range");
+      c.fail_if(wt.count < 1, "waits for fewer than one arrival per step");
+      c.fail_if(wt.step_offset != 0 && wt.step_offset != -1, "wait step_offset is not 0 or -1");
+    }
+    c.fail_if(t.signal < 0 || t.signal >= h.num_counters, "signal counter out of range");
+    const int64_t n = int64_t(t.row_end) - t.row_begin;
+    switch (t.op) {
+      case kOpEmbed:
+        c.matrix(t.weight, h.vocab, H, "weight");
+        c.buffer(t.out_buf, kDTypeF32, H, "out_buf");
+        break;
+      case kOpQkv:
+        c.rows(); c.layer();
+        c.matrix(t.weight, t.row_end, H, "weight");
+        c.vector(t.norm, H, "norm");
+        c.buffer(t.in_buf, kDTypeF32, H, "in_buf");
+        c.fail_if(t.out_offset < 0, "negative out_offset");
+        c.buffer(t.out_buf, kDTypeBf16, int64_t(t.out_offset) + n, "out_buf");
+        break;
+      case kOpAttn:
+        c.layer();
+        c.fail_if(t.aux0 < 0 || t.aux0 >= h.num_kv_heads, "kv head (aux0) out of range");
+        c.fail_if(t.aux1 < 0 || t.aux1 >= P, "partition (aux1) out of range");
+        c.buffer(t.in_buf, kDTypeBf16, nq, "in_buf (Q)");
+        c.buffer(t.in2_buf, kDTypeBf16, nkv, "in2_buf (K_new)");
+        c.buffer(t.in3_buf, kDTypeBf16, nkv, "in3_buf (V_new)");
+        c.buffer(t.out_buf, kDTypeF32, parts, "out_buf (partials)");
+        break;
+      case kOpMerge:
+        c.layer();
+        c.fail_if(t.aux0 < 0 || t.aux0 >= h.num_kv_heads, "kv head (aux0) out of range");
+        c.buffer(t.in_buf, kDTypeF32, parts, "in_buf (partials)");
+        c.buffer(t.out_buf, kDTypeBf16, nq, "out_buf");
+        break;
+      case kOpResid: {
+        c.rows(); c.layer();
+        c.fail_if(t.weight < 0 || t.weight >= h.num_weights, "weight out of range");
+        int64_t r, cols;
+        expected_weight_shape(h, t.weight, &r, &cols);
+        c.matrix(t.weight, t.row_end, cols, "weight");
+        c.fail_if(cols == 0, "weight is a vector");
+        c.buffer(t.in_buf, kDTypeBf16, cols, "in_buf");
+        c.fail_if(t.out_offset < 0, "negative out_offset");
+        c.buffer(t.in2_buf, kDTypeF32, int64_t(t.out_offset) + n, "in2_buf (residual)");
+        c.buffer(t.out_buf, kDTypeF32, int64_t(t.out_offset) + n, "out_buf");
+        break;
+      }
+      case kOpGateup:
+        c.rows(); c.layer();
+        c.matrix(t.weight, t.row_end, H, "weight (gate)");
+        c.matrix(t.weight2, t.row_end, H, "weight2 (up)");
+        c.vector(t.norm, H, "norm");
+        c.buffer(t.in_buf, kDTypeF32, H, "in_buf");
+        c.fail_if(t.out_offset < 0, "negative out_offset");
+        c.buffer(t.out_buf, kDTypeBf16, int64_t(t.out_offset) + n, "out_buf");
+        break;
+      case kOpLmhead:
+        c.rows();
+        c.matrix(t.weight, t.row_end, H, "weight");
+        c.fail_if(t.row_end > h.vocab, "rows beyond the vocabulary");
+        c.vector(t.norm, H, "norm");
+        c.buffer(t.in_buf, kDTypeF32, H, "in_buf");
+        c.fail_if(t.aux0 < 0 || t.aux0 >= h.lm_tiles, "partial slot (aux0) out of range");
+        c.buffer(t.out_buf, kDTypeF32, 2 * (int64_t(t.aux0) + 1), "out_buf (partials)");
+        break;
+      case kOpArgmax:
+        ++argmax_tiles;
+        c.fail_if(t.aux0 < 1 || t.aux0 > h.lm_tiles, "partial count (aux0) outside 1..lm_tiles");
+        c.buffer(t.in_buf, kDTypeF32, 2 * int64_t(t.aux0), "in_buf (partials)");
+        c.fail_if(t.signal != h.argmax_counter, "ARGMAX must signal the header's argmax_counter");
+        break;
+      default:
+        c.fail_if(true, "unknown op code");
+    }
+  }
+  TORCH_CHECK(argmax_tiles == 1, "tiles::decode_step: bad plan: ", argmax_tiles, " ARGMAX tiles, expected 1");
+  return p;
+}
+
+}  // namespace cpu
+}  // namespace tiles

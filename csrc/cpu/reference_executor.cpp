@@ -1,0 +1,295 @@
+// CPU reference executor of tiles::decode_step: runs a plan tile by tile, simulating the GPU's workers.
+//
+// Each worker walks its worker_tiles list once per step, like a thread block of the persistent kernel. A tile
+// may run when every one of its waits holds under the monotonic epoch rule of planner/format.py; it then adds 1
+// to its signal counter. The executor picks which ready worker advances next: round-robin (order_seed = 0) or
+// uniformly at random (order_seed > 0). With a correct plan every interleaving gives bit-identical results;
+// in random mode the scratch arena is filled with NaN at the start of each step so that a tile that reads a
+// buffer before its producer ran (a missing or wrong wait) shows up as NaN or wrong logits. A state where no
+// worker can advance is the CPU analogue of the GPU's spin-wait timeout and raises naming the worker and tile.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "cpu/plan_view.h"
+#include "cpu/tile_ops.h"
+#include "op_checks.h"
+
+namespace tiles {
+namespace cpu {
+
+namespace {
+
+const char* op_name(int32_t op) {
+  static const char* names[] = {"?", "embed", "qkv", "attn", "merge", "resid", "gateup", "lmhead", "argmax"};
+  return op >= 1 && op <= 8 ? names[op] : "?";
+}
+
+std::string describe(const PlanView& p, int32_t ti) {
+  const Tile& t = p.tiles[ti];
+  std::string s = c10::str("tile ", ti, " (", op_name(t.op));
+  if (t.layer >= 0) s += c10::str(", layer ", t.layer);
+  if (t.op == kOpAttn) s += c10::str(", kv head ", t.aux0, ", partition ", t.aux1);
+  if (t.op == kOpMerge) s += c10::str(", kv head ", t.aux0);
+  if (t.row_end > t.row_begin) s += c10::str(", rows ", t.row_begin, ":", t.row_end);
+  return s + ")";
+}
+
+struct Worker {
+  int64_t begin, end;  // its slice of worker_tiles
+  int64_t pc;          // next entry in the slice
+  int64_t step;        // step of the next tile
+};
+
+class Executor {
+ public:
+  Executor(const PlanView& plan, const LaunchIO& io, int32_t* state, int64_t num_steps, int64_t position,
+           int64_t input_token, const float* inv_freq, float rope_scale, c10::IntArrayRef eos_ids, float* logits,
+           int64_t* tokens, uint64_t order_seed, int64_t scratch_bytes)
+      : p_(plan), io_(io), state_(state), num_steps_(num_steps), position_(position), input_token_(input_token),
+        eos_(eos_ids.begin(), eos_ids.end()), logits_(logits), tokens_(tokens), seed_(order_seed),
+        scratch_bytes_(scratch_bytes), rng_(order_seed) {
+    epoch0_ = uint32_t(state_[kStateEpoch]);
+    const int64_t half = p_.h.head_dim / 2;
+    cos_.resize(num_steps * half);
+    sin_.resize(num_steps * half);
+    for (int64_t s = 0; s < num_steps; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float ang = float(position + s) * inv_freq[i];
+        cos_[s * half + i] = std::cos(ang) * rope_scale;
+        sin_[s * half + i] = std::sin(ang) * rope_scale;
+      }
+    }
+    for (int64_t w = 0; w < p_.h.num_workers; ++w) {
+      workers_.push_back({p_.worker_offsets[w], p_.worker_offsets[w + 1], p_.worker_offsets[w], 0});
+    }
+  }
+
+  int64_t run() {
+    std::vector<int64_t> ready;
+    int64_t cursor = 0;
+    const int64_t W = int64_t(workers_.size());
+    while (true) {
+      bool any_active = false;
+      ready.clear();
+      int64_t pick = -1;
+      for (int64_t k = 0; k < W; ++k) {
+        // Round-robin looks from the cursor on and stops at the first ready worker; random mode needs them all.
+        const int64_t w = seed_ == 0 ? (cursor + k) % W : k;
+        if (!active(w)) continue;
+        any_active = true;
+        if (is_ready(w)) {
+          if (seed_ == 0) {
+            pick = w;
+            break;
+          }
+          ready.push_back(w);
+        }
+      }
+      if (!any_active) break;
+      if (seed_ != 0 && !ready.empty()) {
+        pick = ready[std::uniform_int_distribution<int64_t>(0, int64_t(ready.size()) - 1)(rng_)];
+      }
+      if (pick < 0) fail_stuck();
+      advance(pick);
+      cursor = (pick + 1) % W;
+    }
+    return stop_after_ + 1;
+  }
+
+ private:
+  uint32_t& counter(int32_t c) {
+    return reinterpret_cast<uint32_t*>(state_)[kStateHeaderWords + int64_t(c) * p_.h.counter_stride];
+  }
+
+  bool active(int64_t w) const {
+    const Worker& k = workers_[w];
+    if (k.begin == k.end) return false;
+    if (k.step >= num_steps_) return false;
+    return stop_after_ < 0 || k.step <= stop_after_;
+  }
+
+  // format.py: wait until (int32)(counter - (e + step_offset) * count) >= 0 with e = epoch0 + step + 1.
+  bool wait_holds(const Wait& wt, int64_t step, uint32_t* seen, uint32_t* wanted) {
+    const uint32_t e = epoch0_ + uint32_t(step) + 1u;
+    const uint32_t want = (e + uint32_t(wt.step_offset)) * uint32_t(wt.count);
+    const uint32_t have = counter(wt.counter);
+    if (seen) *seen = have, *wanted = want;
+    return int32_t(have - want) >= 0;
+  }
+
+  bool is_ready(int64_t w) {
+    const Worker& k = workers_[w];
+    const Tile& t = p_.tiles[p_.worker_tiles[k.pc]];
+    for (int32_t i = 0; i < t.wait_count; ++i) {
+      if (!wait_holds(p_.waits[t.wait_begin + i], k.step, nullptr, nullptr)) return false;
+    }
+    return true;
+  }
+
+  void advance(int64_t w) {
+    Worker& k = workers_[w];
+    const int32_t ti = p_.worker_tiles[k.pc];
+    const Tile& t = p_.tiles[ti];
+    const int64_t s = k.step;
+    if (s > started_step_) {
+      started_step_ = s;
+      if (seed_ != 0) std::memset(io_.scratch, 0xFF, scratch_bytes_);  // all-ones bits: NaN in f32 and bf16
+    }
+    StepIO st;
+    st.step = s;
+    st.pos = position_ + s;
+    st.token = s == 0 ? input_token_ : tokens_[s - 1];
+    const int64_t half = p_.h.head_dim / 2;
+    st.cos = cos_.data() + s * half;
+    st.sin = sin_.data() + s * half;
+    st.logits = logits_ + s * p_.h.vocab;
+    if (t.op == kOpEmbed && (st.token < 0 || st.token >= p_.h.vocab)) {
+      set_error(kErrorBadToken, w, ti, s, -1, 0, 0);
+      TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", describe(p_, ti), " at step ", s, " embeds token ",
+                  st.token, ", outside the vocabulary [0, ", p_.h.vocab, ") (the previous step's ARGMAX had not "
+                  "run: the plan is missing a dependency)");
+    }
+    const int64_t tok = run_tile(io_, st, t);
+    if (t.op == kOpArgmax) {
+      if (tok < 0 || tok >= p_.h.vocab) {
+        set_error(kErrorBadToken, w, ti, s, -1, 0, 0);
+        TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", describe(p_, ti), " at step ", s,
+                    " produced token ", tok, " outside the vocabulary (LM head partials were not written: the plan "
+                    "is missing a dependency)");
+      }
+      tokens_[s] = tok;
+      bool eos = false;
+      for (int64_t e : eos_) eos |= e == tok;
+      if (eos || s + 1 == num_steps_) {
+        // The launch's last ARGMAX publishes the steps done; epoch advances by them (monotonic, never reset).
+        stop_after_ = s;
+        state_[kStateStepsDone] = int32_t(s + 1);
+        state_[kStateEpoch] = int32_t(epoch0_ + uint32_t(s + 1));
+      }
+    }
+    counter(t.signal) += 1u;
+    if (++k.pc == k.end) {
+      k.pc = k.begin;
+      ++k.step;
+    }
+  }
+
+  void set_error(int32_t code, int64_t w, int32_t ti, int64_t s, int32_t c, uint32_t seen, uint32_t wanted) {
+    state_[kStateError] = code;
+    state_[kStateErrorWorker] = int32_t(w);
+    state_[kStateErrorTile] = ti;
+    state_[kStateErrorStep] = int32_t(s);
+    state_[kStateErrorCounter] = c;
+    state_[kStateErrorSeen] = int32_t(seen);
+    state_[kStateErrorWanted] = int32_t(wanted);
+  }
+
+  [[noreturn]] void fail_stuck() {
+    // Every active worker is blocked. Report the most upstream one (earliest step, then lowest tile index: the
+    // planner numbers tiles in stage order), since the others usually wait on it transitively.
+    int64_t best = -1, blocked = 0;
+    for (int64_t w = 0; w < int64_t(workers_.size()); ++w) {
+      if (!active(w)) continue;
+      ++blocked;
+      const Worker& k = workers_[w];
+      if (best < 0 || k.step < workers_[best].step ||
+          (k.step == workers_[best].step && p_.worker_tiles[k.pc] < p_.worker_tiles[workers_[best].pc])) {
+        best = w;
+      }
+    }
+    TORCH_CHECK(best >= 0, "tiles::decode_step: internal error: no worker ready but none blocked");
+    const Worker& k = workers_[best];
+    const int32_t ti = p_.worker_tiles[k.pc];
+    const Tile& t = p_.tiles[ti];
+    for (int32_t i = 0; i < t.wait_count; ++i) {
+      const Wait& wt = p_.waits[t.wait_begin + i];
+      uint32_t seen, wanted;
+      if (!wait_holds(wt, k.step, &seen, &wanted)) {
+        set_error(kErrorWaitTimeout, best, ti, k.step, wt.counter, seen, wanted);
+        TORCH_CHECK(false, "tiles::decode_step: plan deadlock: worker ", best, " waits forever at ",
+                    describe(p_, ti), ", step ", k.step, ": counter ", wt.counter, " is ", seen, ", needs ", wanted,
+                    " (", wt.count, " arrivals per step, step_offset ", wt.step_offset, "); ", blocked,
+                    " workers blocked, none can advance. The plan's waits cannot be satisfied.");
+      }
+    }
+    TORCH_CHECK(false, "tiles::decode_step: internal error: blocked worker ", best, " has no unsatisfied wait");
+  }
+
+  const PlanView& p_;
+  const LaunchIO& io_;
+  int32_t* state_;
+  int64_t num_steps_, position_, input_token_;
+  std::vector<int64_t> eos_;
+  float* logits_;
+  int64_t* tokens_;
+  uint64_t seed_;
+  int64_t scratch_bytes_;
+  std::mt19937_64 rng_;
+  uint32_t epoch0_ = 0;
+  std::vector<float> cos_, sin_;
+  std::vector<Worker> workers_;
+  int64_t stop_after_ = -1;
+  int64_t started_step_ = -1;
+};
+
+std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::IntArrayRef plan_header,
+                                                   at::TensorList weights, at::TensorList k_cache,
+                                                   at::TensorList v_cache, const at::Tensor& scratch,
+                                                   const at::Tensor& state, const at::Tensor& input_ids,
+                                                   const at::Tensor& position, const at::Tensor& rope_inv_freq,
+                                                   double rope_scale, int64_t num_steps, c10::IntArrayRef eos_ids,
+                                                   int64_t order_seed) {
+  const Header h = header_from_list(plan_header);
+  check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
+                         num_steps, eos_ids, c10::Device(c10::kCPU));
+  TORCH_CHECK(order_seed >= 0, "tiles::decode_step: order_seed ", order_seed, " must be >= 0");
+  const PlanView view = view_plan(plan.data_ptr<int32_t>(), plan.numel(), h);
+
+  int32_t* st = state.data_ptr<int32_t>();
+  TORCH_CHECK(st[kStateError] == kErrorOk, "tiles::decode_step: the state tensor holds error ", st[kStateError],
+              " from an earlier launch (worker ", st[kStateErrorWorker], ", tile ", st[kStateErrorTile], ", step ",
+              st[kStateErrorStep], "); its counters are inconsistent: make a new state (a new TileRuntime)");
+  const int64_t pos = position.item<int64_t>();
+  const int64_t token = input_ids.item<int64_t>();
+  const int64_t max_len = k_cache[0].size(2);
+  TORCH_CHECK(pos >= 0, "tiles::decode_step: position ", pos, " is negative");
+  TORCH_CHECK(pos + num_steps <= max_len, "tiles::decode_step: KV cache full: ", num_steps,
+              " step(s) from position ", pos, " would write cache index ", pos + num_steps - 1,
+              " but max_cache_len is ", max_len, " (allocate a larger StaticCache)");
+  TORCH_CHECK(token >= 0 && token < h.vocab, "tiles::decode_step: input token id ", token,
+              " is outside the vocabulary [0, ", h.vocab, ")");
+
+  auto logits = at::full({num_steps, h.vocab}, std::numeric_limits<float>::quiet_NaN(),
+                         at::TensorOptions().dtype(at::kFloat));
+  auto tokens = at::full({num_steps}, -1, at::TensorOptions().dtype(at::kLong));
+
+  std::vector<const uint16_t*> w(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) w[i] = reinterpret_cast<const uint16_t*>(weights[i].data_ptr());
+  std::vector<uint16_t*> kc(h.num_layers), vc(h.num_layers);
+  for (int64_t l = 0; l < h.num_layers; ++l) {
+    kc[l] = reinterpret_cast<uint16_t*>(k_cache[l].data_ptr());
+    vc[l] = reinterpret_cast<uint16_t*>(v_cache[l].data_ptr());
+  }
+  float eps;
+  std::memcpy(&eps, &h.eps_bits, 4);
+  LaunchIO io{&view, scratch.data_ptr<uint8_t>(), w.data(), kc.data(), vc.data(), max_len, eps};
+
+  Executor ex(view, io, st, num_steps, pos, token, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
+              logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes);
+  ex.run();
+  return {logits, tokens};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tiles, CPU, m) { m.impl("decode_step", &decode_step_cpu); }
+
+}  // namespace cpu
+}  // namespace tiles

@@ -1,0 +1,36 @@
+// The numeric work of each tile op on the CPU (docs/numerics.md is the recipe; planner/format.py the semantics).
+#pragma once
+
+#include <stdint.h>
+
+#include "cpu/plan_view.h"
+
+namespace tiles {
+namespace cpu {
+
+// Everything a tile reads or writes, fixed for one launch.
+struct LaunchIO {
+  const PlanView* plan;
+  uint8_t* scratch;
+  const uint16_t* const* weights;  // bf16 bit patterns, weights[i] in plan weight order
+  uint16_t* const* k_cache;        // per layer, [num_kv_heads, max_len, head_dim] bf16
+  uint16_t* const* v_cache;
+  int64_t max_len;
+  float eps;
+};
+
+// What changes from step to step.
+struct StepIO {
+  int64_t step;
+  int64_t pos;          // cache index written and attended up to (inclusive) by this step
+  int64_t token;        // EMBED input
+  const float* cos;     // [head_dim / 2] RoPE tables at pos (already times rope_scale)
+  const float* sin;
+  float* logits;        // this step's row of the logits output [vocab]
+};
+
+// Runs one tile. Returns the token an ARGMAX tile produced, -1 for every other op.
+int64_t run_tile(const LaunchIO& io, const StepIO& step, const Tile& t);
+
+}  // namespace cpu
+}  // namespace tiles

@@ -1,0 +1,893 @@
+// The persistent decode kernel: one block per worker executes exactly its worker_tiles list of the plan, for every
+// step of the launch. Semantics of every op: planner/format.py (docstring). Dependencies are the plan's monotonic
+// counters (release/acquire at GPU scope); every spin-wait is bounded and reports through the state's error words.
+//
+// Weight streaming: plain 16-byte ld.global.nc loads, 16 in flight per lane (two rows x 8 chunks), plus an L2 bulk
+// prefetch (cp.async.bulk.prefetch.L2) of a tile's weight rows issued BEFORE the tile waits on its dependencies, so
+// the weights of a tile stream while its inputs are still being produced (weights never depend on activations).
+// docs/perf-log.md records why this and not (yet) the shared-memory ring of bulk copies.
+//
+// Reads of data produced inside the launch (scratch buffers, KV cache, tokens) use ld.global.cg (L2, never a stale
+// L1 line); weights use ld.global.nc. Reductions run in a fixed order, so results are bit-identical run to run.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/decode_kernel.h"
+
+namespace tiles {
+namespace cuda {
+namespace {
+
+constexpr int kUnroll = 8;  // 16-byte chunks per lane and row issued before the first use
+
+// ---------------------------------------------------------------------------------------------------------------
+// Small device helpers
+// ---------------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float bf2f(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ float round_bf(float f) { return bf2f(f2bf(f)); }
+
+__device__ __forceinline__ uint4 ld_weight(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
+  const uint32_t wa[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t xa[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(xa[i] << 16), acc);
+    acc = fmaf(__uint_as_float(wa[i] & 0xffff0000u), __uint_as_float(xa[i] & 0xffff0000u), acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// (value, index) order of the argmax: larger value first, lower index on ties. NaN never wins.
+__device__ __forceinline__ bool better(float v, int32_t i, float bv, int32_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__device__ __forceinline__ void warp_argmax(float& v, int32_t& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+// Block-wide sum in a fixed order (per-thread strided sums, warp butterflies, warp 0 adds the warps in order).
+__device__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read by a previous reduction
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < kWarps ? red[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) red[kWarps] = s;
+  }
+  __syncthreads();
+  return red[kWarps];
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Plan access (the blob lives in device memory; it is read-only for the launch)
+// ---------------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ Tile load_tile(const KernelParams& p, int32_t i) {
+  Tile t;
+  const int32_t* src = p.plan + p.h.tiles_offset + i * kTileWords;
+  int32_t* dst = reinterpret_cast<int32_t*>(&t);
+#pragma unroll
+  for (int k = 0; k < kTileWords; ++k) dst[k] = __ldg(src + k);
+  return t;
+}
+
+__device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b) {
+  return p.scratch + __ldg(p.plan + p.h.buffers_offset + b * kBufferWords);
+}
+
+__device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {
+  return __ldg(p.plan + p.h.weight_shapes_offset + 2 * w + 1);
+}
+
+__device__ __forceinline__ uint32_t* counter_ptr(const KernelParams& p, int32_t c) {
+  return p.state + kStateHeaderWords + c * p.h.counter_stride;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Errors and waits
+// ---------------------------------------------------------------------------------------------------------------
+// First error wins (atomicCAS on ERROR); the winner fills in the details.
+__device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker, int32_t tile, int32_t step,
+                            int32_t counter, uint32_t seen, uint32_t wanted) {
+  if (atomicCAS(p.state + kStateError, 0u, static_cast<uint32_t>(code)) == 0u) {
+    p.state[kStateErrorWorker] = static_cast<uint32_t>(worker);
+    p.state[kStateErrorTile] = static_cast<uint32_t>(tile);
+    p.state[kStateErrorStep] = static_cast<uint32_t>(step);
+    p.state[kStateErrorCounter] = static_cast<uint32_t>(counter);
+    p.state[kStateErrorSeen] = seen;
+    p.state[kStateErrorWanted] = wanted;
+    __threadfence();
+  }
+}
+
+// Thread-level bounded wait until (int32)(counter - target) >= 0. False on timeout (error raised here) or when
+// another worker has raised an error (this worker must then exit).
+__device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, int32_t worker, int32_t tile,
+                             int32_t step) {
+  const uint32_t* ctr = counter_ptr(p, c);
+  uint32_t v = ld_acquire(ctr);
+  if (static_cast<int32_t>(v - target) >= 0) return true;
+  const uint64_t t0 = global_ns();
+  for (uint32_t iter = 1;; ++iter) {
+    v = ld_acquire(ctr);
+    if (static_cast<int32_t>(v - target) >= 0) return true;
+    if ((iter & 15u) == 0u) {
+      if (ld_relaxed(p.state + kStateError) != 0u) return false;
+      if (global_ns() - t0 > p.timeout_ns) {
+        raise_error(p, kErrorWaitTimeout, worker, tile, step, c, v, target);
+        return false;
+      }
+      if (iter > 2048u) __nanosleep(128);
+    }
+  }
+}
+
+// Block-level: thread 0 waits for every Wait record of the tile, then the block proceeds (or all exit).
+__device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, int32_t worker, int32_t tile,
+                          int32_t step, int* s_flag) {
+  if (threadIdx.x == 0) {
+    int ok = 1;
+    for (int k = 0; k < t.wait_count && ok; ++k) {
+      const int32_t* w = p.plan + p.h.waits_offset + (t.wait_begin + k) * kWaitWords;
+      const int32_t c = __ldg(w), count = __ldg(w + 1), off = __ldg(w + 2);
+      const uint32_t target = (epoch + static_cast<uint32_t>(off)) * static_cast<uint32_t>(count);
+      ok = wait_counter(p, c, target, worker, tile, step) ? 1 : 0;
+    }
+    *s_flag = ok;
+  }
+  __syncthreads();
+  const int ok = *s_flag;
+  __syncthreads();  // s_flag is reused by the next wait
+  return ok != 0;
+}
+
+// All writes of the tile by all threads happen before the release increment.
+__device__ __forceinline__ void signal_tile(const KernelParams& p, const Tile& t) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    red_release_add(counter_ptr(p, t.signal), 1u);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Prefetch: weights (and the KV rows of an attention tile) into L2; fire-and-forget, never waits.
+// ---------------------------------------------------------------------------------------------------------------
+__device__ void prefetch_range(const void* base, int64_t bytes, int64_t cap) {
+  if (bytes > cap) bytes = cap;
+  bytes &= ~int64_t(15);
+  const char* b = static_cast<const char*>(base);
+  const int lane = threadIdx.x & 31;
+  constexpr int64_t kPiece = 16384;
+  for (int64_t off = int64_t(lane) * kPiece; off < bytes; off += 32 * kPiece) {
+    const int64_t n = bytes - off < kPiece ? bytes - off : kPiece;
+    prefetch_l2(b + off, static_cast<uint32_t>(n));
+  }
+}
+
+// Called by warp 0 only.
+__device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos) {
+  const int64_t cap = p.prefetch_bytes;
+  if (cap <= 0) return;
+  switch (t.op) {
+    case kOpQkv:
+    case kOpResid:
+    case kOpGateup:
+    case kOpLmhead: {
+      const int64_t cols = weight_cols(p, t.weight);
+      const int64_t rows = t.row_end - t.row_begin;
+      prefetch_range(p.weights[t.weight] + t.row_begin * cols, rows * cols * 2, cap);
+      if (t.op == kOpGateup) prefetch_range(p.weights[t.weight2] + t.row_begin * cols, rows * cols * 2, cap);
+      break;
+    }
+    case kOpAttn: {
+      int32_t lo, hi;
+      attn_partition_range(static_cast<int32_t>(pos + 1), t.aux1, p.h.attn_partitions, p.h.attn_granule, &lo, &hi);
+      if (hi > lo) {
+        const int64_t hd = p.h.head_dim;
+        const int64_t off = (int64_t(t.aux0) * p.max_cache_len + lo) * hd;
+        prefetch_range(p.k_cache[t.layer] + off, int64_t(hi - lo) * hd * 2, cap);
+        prefetch_range(p.v_cache[t.layer] + off, int64_t(hi - lo) * hd * 2, cap);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Input vectors of matvec tiles (into shared memory, bf16)
+// ---------------------------------------------------------------------------------------------------------------
+// h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
+__device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
+                                float* red) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = __ldcg(x + i);
+    ss = fmaf(v, v, ss);
+  }
+  const float total = block_sum(ss, red);
+  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = __ldcg(x + i);
+    h[i] = f2bf(round_bf(v * r) * bf2f(__ldg(w + i)));
+  }
+  __syncthreads();
+}
+
+__device__ void copy_bf16_to_smem(const uint16_t* src, int n, uint16_t* h) {
+  const int chunks = n / 8;  // n % 8 == 0 (checked on the host)
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(h);
+  for (int i = threadIdx.x; i < chunks; i += kThreads) d[i] = __ldcg(s + i);
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Matvec tiles: QKV, RESID, GATEUP, LMHEAD
+// ---------------------------------------------------------------------------------------------------------------
+// A warp computes a "unit": two rows (GATEUP: the gate row and the up row of one output row) over a slice of the
+// columns. When a tile has fewer units than warps, the columns are split (ksplit) and the slices are added in a
+// fixed order afterwards.
+struct MatvecOut {
+  int op;
+  int32_t row_begin, row_end, out_offset;
+  uint16_t* out_bf16;   // QKV, GATEUP
+  float* out_f32;       // RESID
+  const float* resid;   // RESID in2
+  float* logits;        // LMHEAD row of this step
+};
+
+__device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0, float a1) {
+  switch (o.op) {
+    case kOpQkv: {
+      const int32_t r = o.row_begin + 2 * unit;
+      o.out_bf16[o.out_offset + (r - o.row_begin)] = f2bf(a0);
+      if (r + 1 < o.row_end) o.out_bf16[o.out_offset + (r + 1 - o.row_begin)] = f2bf(a1);
+      break;
+    }
+    case kOpResid: {
+      const int32_t r = o.row_begin + 2 * unit;
+      const int32_t i0 = o.out_offset + (r - o.row_begin);
+      o.out_f32[i0] = __ldcg(o.resid + i0) + a0;
+      if (r + 1 < o.row_end) o.out_f32[i0 + 1] = __ldcg(o.resid + i0 + 1) + a1;
+      break;
+    }
+    case kOpGateup: {
+      const int32_t r = o.row_begin + unit;
+      const float silu = a0 / (1.0f + expf(-a0));
+      o.out_bf16[o.out_offset + (r - o.row_begin)] = f2bf(silu * a1);
+      break;
+    }
+    case kOpLmhead: {
+      const int32_t r = o.row_begin + 2 * unit;
+      o.logits[r] = a0;
+      if (r + 1 < o.row_end) o.logits[r + 1] = a1;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+__device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h, const MatvecOut& o,
+                       float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t nrows = o.row_end - o.row_begin;
+  const bool pair = (o.op == kOpGateup);
+  const int32_t nunits = pair ? nrows : (nrows + 1) / 2;
+  const int32_t nchunks = cols / 8;
+  int32_t ksplit = 1;
+  if (nunits < kWarps) {
+    ksplit = kWarps / nunits;
+    const int32_t maxk = (nchunks + 32 * kUnroll - 1) / (32 * kUnroll);
+    if (ksplit > maxk) ksplit = maxk;
+    if (ksplit < 1) ksplit = 1;
+  }
+  const int32_t slice = (nchunks + ksplit - 1) / ksplit;
+  const int32_t items = nunits * ksplit;
+  const uint4* hv = reinterpret_cast<const uint4*>(h);
+  for (int32_t item = warp; item < items; item += kWarps) {
+    const int32_t unit = item / ksplit, ks = item - unit * ksplit;
+    const int32_t c0 = ks * slice;
+    const int32_t c1 = c0 + slice < nchunks ? c0 + slice : nchunks;
+    const uint16_t* A;
+    const uint16_t* B;
+    bool bvalid;
+    if (pair) {
+      const int64_t r = o.row_begin + unit;
+      A = W + r * cols;
+      B = W2 + r * cols;
+      bvalid = true;
+    } else {
+      const int64_t r = o.row_begin + 2 * unit;
+      A = W + r * cols;
+      bvalid = r + 1 < o.row_end;
+      B = bvalid ? A + cols : A;
+    }
+    float a0 = 0.f, a1 = 0.f;
+    for (int32_t base = c0; base < c1; base += 32 * kUnroll) {
+      uint4 wa[kUnroll], wb[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t c = base + u * 32 + lane;
+        if (c < c1) {
+          wa[u] = ld_weight(A + int64_t(c) * 8);
+          wb[u] = bvalid ? ld_weight(B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
+        } else {
+          wa[u] = make_uint4(0, 0, 0, 0);
+          wb[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t c = base + u * 32 + lane;
+        if (c < c1) {
+          const uint4 x = hv[c];
+          a0 = dot8(wa[u], x, a0);
+          a1 = dot8(wb[u], x, a1);
+        }
+      }
+    }
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if (lane == 0) {
+      if (ksplit == 1) {
+        emit(o, unit, a0, a1);
+      } else {
+        red[2 * item] = a0;
+        red[2 * item + 1] = a1;
+      }
+    }
+  }
+  if (ksplit > 1) {
+    __syncthreads();
+    for (int32_t unit = threadIdx.x; unit < nunits; unit += kThreads) {
+      float a0 = 0.f, a1 = 0.f;
+      for (int32_t ks = 0; ks < ksplit; ++ks) {
+        a0 += red[2 * (unit * ksplit + ks)];
+        a1 += red[2 * (unit * ksplit + ks) + 1];
+      }
+      emit(o, unit, a0, a1);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention tiles
+// ---------------------------------------------------------------------------------------------------------------
+// RoPE tables at pos: cos/sin(float(pos) * inv_freq[i]) * rope_scale, i < hd/2 (rotate_half pairs i, i + hd/2).
+__device__ void rope_tables(const KernelParams& p, int64_t pos, float* cs) {
+  const int half = p.h.head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    const float ang = static_cast<float>(pos) * __ldg(p.inv_freq + i);
+    cs[i] = cosf(ang) * p.rope_scale;
+    cs[half + i] = sinf(ang) * p.rope_scale;
+  }
+}
+
+__device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L) {
+  const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
+  const int kvh = t.aux0, part = t.aux1;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* qf = reinterpret_cast<float*>(smem + L.qf);
+  float* of = reinterpret_cast<float*>(smem + L.of);
+  float* opart = reinterpret_cast<float*>(smem + L.opart);
+  float* ml = reinterpret_cast<float*>(smem + L.ml);  // m[G], l[G], alpha[G]
+  float* cs = reinterpret_cast<float*>(smem + L.cs);
+  float* sc = reinterpret_cast<float*>(smem + L.sc);
+  uint16_t* kb = reinterpret_cast<uint16_t*>(smem + L.kbuf);
+  uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
+  const int kstride = hd + 8;
+
+  int32_t lo, hi;
+  attn_partition_range(static_cast<int32_t>(pos + 1), part, P, p.h.attn_granule, &lo, &hi);
+  const uint16_t* q = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf));
+  const uint16_t* knew = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in2_buf));
+  const uint16_t* vnew = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in3_buf));
+  uint16_t* kc = p.k_cache[t.layer] + int64_t(kvh) * p.max_cache_len * hd;
+  uint16_t* vc = p.v_cache[t.layer] + int64_t(kvh) * p.max_cache_len * hd;
+
+  rope_tables(p, pos, cs);
+  __syncthreads();
+  for (int i = tid; i < G * hd; i += kThreads) {
+    const int g = i / hd, d = i - g * hd;
+    const int qh = kvh * G + g;
+    // q is tiny: read through L2 directly (written by QKV tiles of this launch). rotate_half: pairs (d, d +- hd/2).
+    const int half = hd / 2;
+    const int dp = d < half ? d + half : d - half;
+    const float x = bf2f(__ldcg(q + qh * hd + d)), xp = bf2f(__ldcg(q + qh * hd + dp));
+    qf[i] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    of[i] = 0.f;
+  }
+  if (tid < G) {
+    ml[tid] = -INFINITY;
+    ml[G + tid] = 0.f;
+  }
+  if (lo <= pos && pos < hi) {
+    // This partition owns the new position: append the rotated k (rounded to bf16) and v to the cache.
+    const int half = hd / 2;
+    for (int d = tid; d < hd; d += kThreads) {
+      const int dp = d < half ? d + half : d - half;
+      const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
+      const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+      kc[pos * hd + d] = f2bf(r);
+      vc[pos * hd + d] = __ldcg(vnew + kvh * hd + d);
+    }
+    __threadfence();  // the row is read back below through L2 (ld.cg) by other threads of this block
+  }
+  __syncthreads();
+
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  const int cpr = hd / 8;  // 16-byte chunks per row
+  const int splits = L.splits;
+  for (int c0 = lo; c0 < hi; c0 += L.chunk) {
+    const int cn = hi - c0 < L.chunk ? hi - c0 : L.chunk;
+    for (int i = tid; i < cn * cpr; i += kThreads) {
+      const int j = i / cpr, c = i - j * cpr;
+      const uint4 kv = __ldcg(reinterpret_cast<const uint4*>(kc + int64_t(c0 + j) * hd) + c);
+      const uint4 vv = __ldcg(reinterpret_cast<const uint4*>(vc + int64_t(c0 + j) * hd) + c);
+      *reinterpret_cast<uint4*>(kb + j * kstride + c * 8) = kv;
+      *reinterpret_cast<uint4*>(vb + j * hd + c * 8) = vv;
+    }
+    __syncthreads();
+    // Scores: one (position, head) per thread.
+    for (int i = tid; i < cn * G; i += kThreads) {
+      const int j = i / G, g = i - j * G;
+      const uint4* kr = reinterpret_cast<const uint4*>(kb + j * kstride);
+      const float* qg = qf + g * hd;
+      float acc = 0.f;
+      for (int c = 0; c < cpr; ++c) {
+        const uint4 k8 = kr[c];
+        const uint32_t ka[4] = {k8.x, k8.y, k8.z, k8.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc = fmaf(qg[c * 8 + 2 * e], __uint_as_float(ka[e] << 16), acc);
+          acc = fmaf(qg[c * 8 + 2 * e + 1], __uint_as_float(ka[e] & 0xffff0000u), acc);
+        }
+      }
+      sc[j * G + g] = acc * scale;
+    }
+    __syncthreads();
+    // Online softmax update: warp g owns head g.
+    if (warp < G) {
+      const int g = warp;
+      float cm = -INFINITY;
+      for (int j = lane; j < cn; j += 32) cm = fmaxf(cm, sc[j * G + g]);
+      cm = warp_max(cm);
+      const float m_old = ml[g];
+      const float m_new = fmaxf(m_old, cm);
+      float ls = 0.f;
+      for (int j = lane; j < cn; j += 32) {
+        const float e = expf(sc[j * G + g] - m_new);
+        sc[j * G + g] = e;
+        ls += e;
+      }
+      ls = warp_sum(ls);
+      if (lane == 0) {
+        const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        ml[2 * G + g] = alpha;
+        ml[G + g] = ml[G + g] * alpha + ls;
+        ml[g] = m_new;
+      }
+    }
+    __syncthreads();
+    // o partials: thread (split, g, d) sums positions split, split + splits, ... in order.
+    for (int i = tid; i < splits * G * hd; i += kThreads) {
+      const int sp = i / (G * hd), gd = i - sp * (G * hd);
+      const int g = gd / hd, d = gd - g * hd;
+      float a0 = 0.f, a1 = 0.f;
+      int j = sp;
+      for (; j + splits < cn; j += 2 * splits) {
+        a0 = fmaf(sc[j * G + g], bf2f(vb[j * hd + d]), a0);
+        a1 = fmaf(sc[(j + splits) * G + g], bf2f(vb[(j + splits) * hd + d]), a1);
+      }
+      if (j < cn) a0 = fmaf(sc[j * G + g], bf2f(vb[j * hd + d]), a0);
+      opart[i] = a0 + a1;
+    }
+    __syncthreads();
+    for (int i = tid; i < G * hd; i += kThreads) {
+      const int g = i / hd;
+      float acc = of[i] * ml[2 * G + g];
+      for (int sp = 0; sp < splits; ++sp) acc += opart[sp * G * hd + i];
+      of[i] = acc;
+    }
+    __syncthreads();
+  }
+  float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
+  for (int i = tid; i < G * (hd + 2); i += kThreads) {
+    const int g = i / (hd + 2), k = i - g * (hd + 2);
+    const int64_t base = (int64_t(kvh * P + part) * G + g) * (hd + 2);
+    out[base + k] = k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]);
+  }
+}
+
+__device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, const SmemLayout& L) {
+  const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
+  const int kvh = t.aux0;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float* part = reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf));
+  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
+  float* sf = reinterpret_cast<float*>(smem + L.msf);   // [G][P] exp(m_p - M) / L
+  // Warp g: M = max m_p, L = sum l_p exp(m_p - M); scale factors for the o sums.
+  for (int g = warp; g < G; g += kWarps) {
+    float M = -INFINITY;
+    for (int pp = lane; pp < P; pp += 32) M = fmaxf(M, __ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2)));
+    M = warp_max(M);
+    float Ls = 0.f;
+    for (int pp = lane; pp < P; pp += 32) {
+      const float* r = part + (int64_t(kvh * P + pp) * G + g) * (hd + 2);
+      const float m = __ldcg(r);
+      const float e = m == -INFINITY ? 0.f : expf(m - M);
+      sf[g * P + pp] = e;
+      Ls += __ldcg(r + 1) * e;
+    }
+    Ls = warp_sum(Ls);
+    for (int pp = lane; pp < P; pp += 32) sf[g * P + pp] /= Ls;
+  }
+  __syncthreads();
+  for (int i = tid; i < G * hd; i += kThreads) {
+    const int g = i / hd, d = i - g * hd;
+    float acc = 0.f;
+    for (int pp = 0; pp < P; ++pp) {
+      const float e = sf[g * P + pp];
+      if (e != 0.f) acc = fmaf(__ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2) + 2 + d), e, acc);
+    }
+    out[(kvh * G + g) * hd + d] = f2bf(acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------------------------------------------
+struct StepCtx {
+  uint32_t epoch;   // e = state[EPOCH] at launch + step + 1
+  int32_t step;
+  int64_t pos;
+};
+
+__device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
+  for (int i = 0; i < p.num_eos; ++i)
+    if (tok == p.eos[i]) return true;
+  return false;
+}
+
+// Runs one tile. False when the worker must stop (an error was raised).
+__device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const StepCtx& sc, int32_t worker,
+                         uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok) {
+  const int tid = threadIdx.x;
+  if (!wait_tile(p, t, sc.epoch, worker, ti, sc.step, s_flag)) return false;
+  uint16_t* vec = reinterpret_cast<uint16_t*>(smem + L.vec);
+  float* red = reinterpret_cast<float*>(smem + L.red);
+  switch (t.op) {
+    case kOpEmbed: {
+      if (tid == 0) {
+        const int64_t tok = sc.step == 0 ? __ldg(p.input_ids) : __ldcg(p.tokens + sc.step - 1);
+        int ok = 1;
+        if (tok < 0 || tok >= p.h.vocab) {
+          raise_error(p, kErrorBadToken, worker, ti, sc.step, -1, static_cast<uint32_t>(tok),
+                      static_cast<uint32_t>(p.h.vocab));
+          ok = 0;
+        }
+        *s_tok = tok;
+        *s_flag = ok;
+      }
+      __syncthreads();
+      if (!*s_flag) return false;
+      const int64_t tok = *s_tok;
+      const uint16_t* row = p.weights[t.weight] + tok * p.h.hidden;
+      float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
+      for (int i = tid; i < p.h.hidden; i += kThreads) out[i] = bf2f(__ldg(row + i));
+      break;
+    }
+    case kOpQkv:
+    case kOpGateup:
+    case kOpLmhead:
+    case kOpResid: {
+      const int32_t cols = weight_cols(p, t.weight);
+      if (t.op == kOpResid) {
+        copy_bf16_to_smem(reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec);
+      } else {
+        rmsnorm_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), p.weights[t.norm], cols, vec,
+                        red);
+      }
+      MatvecOut o;
+      o.op = t.op;
+      o.row_begin = t.row_begin;
+      o.row_end = t.row_end;
+      o.out_offset = t.out_offset;
+      o.out_bf16 = nullptr;
+      o.out_f32 = nullptr;
+      o.resid = nullptr;
+      o.logits = nullptr;
+      if (t.op == kOpQkv || t.op == kOpGateup) o.out_bf16 = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
+      if (t.op == kOpResid) {
+        o.out_f32 = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
+        o.resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
+      }
+      if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
+      matvec(p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red);
+      if (t.op == kOpLmhead) {
+        // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
+        // wrote: the fence makes each writer's stores visible at L2 before the barrier.
+        __threadfence();
+        __syncthreads();
+        float bv = -INFINITY;
+        int32_t bi = INT32_MAX;
+        for (int32_t r = t.row_begin + tid; r < t.row_end; r += kThreads) {
+          const float v = __ldcg(o.logits + r);
+          if (better(v, r, bv, bi)) {
+            bv = v;
+            bi = r;
+          }
+        }
+        warp_argmax(bv, bi);
+        float* wv = red;                                   // [kWarps] values
+        int32_t* wi = reinterpret_cast<int32_t*>(red + kWarps);  // [kWarps] indices
+        if ((tid & 31) == 0) {
+          wv[tid >> 5] = bv;
+          wi[tid >> 5] = bi;
+        }
+        __syncthreads();
+        if (tid < 32) {
+          bv = tid < kWarps ? wv[tid] : -INFINITY;
+          bi = tid < kWarps ? wi[tid] : INT32_MAX;
+          warp_argmax(bv, bi);
+          if (tid == 0) {
+            float* part = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
+            part[2 * t.aux0] = bv;
+            reinterpret_cast<int32_t*>(part)[2 * t.aux0 + 1] = bi;
+          }
+        }
+      }
+      break;
+    }
+    case kOpAttn:
+      attn_tile(p, t, sc.pos, smem, L);
+      break;
+    case kOpMerge:
+      merge_tile(p, t, smem, L);
+      break;
+    case kOpArgmax: {
+      if (tid < 32) {
+        const float* part = reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf));
+        float bv = -INFINITY;
+        int32_t bi = INT32_MAX;
+        for (int k = tid; k < t.aux0; k += 32) {
+          const float v = __ldcg(part + 2 * k);
+          const int32_t i = __ldcg(reinterpret_cast<const int32_t*>(part) + 2 * k + 1);
+          if (better(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+          }
+        }
+        warp_argmax(bv, bi);
+        if (tid == 0) {
+          p.tokens[sc.step] = bi;
+          if (is_eos(p, bi) || sc.step + 1 == p.num_steps) {
+            // The launch ends after this step: every tile of it is an ancestor of this one, and every worker read
+            // EPOCH at start, so advancing it here is safe.
+            p.state[kStateStepsDone] = static_cast<uint32_t>(sc.step + 1);
+            p.state[kStateEpoch] = sc.epoch;
+          }
+        }
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  signal_tile(p, t);
+  return true;
+}
+
+}  // namespace
+
+__global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int s_flag;
+  __shared__ int s_stop;
+  __shared__ uint32_t s_epoch0;
+  __shared__ int64_t s_pos0;
+  __shared__ int64_t s_tok;
+  const int tid = threadIdx.x;
+  const int32_t worker = blockIdx.x;
+  const SmemLayout L = smem_layout(p.h);
+
+  if (tid == 0) {
+    int bad = 0;
+    if (ld_relaxed(p.state + kStateError) != 0u) {
+      bad = 1;  // a poisoned state: do nothing (the host reports the recorded error)
+    } else {
+      const int32_t magic = p.plan[0];
+      const int32_t total = p.plan[offsetof(Header, total_words) / 4];
+      const int32_t ntiles = p.plan[offsetof(Header, num_tiles) / 4];
+      const int64_t tok = p.input_ids[0];
+      const int64_t pos = p.position[0];
+      if (magic != p.h.magic || total != p.h.total_words || ntiles != p.h.num_tiles) {
+        raise_error(p, kErrorBadPlan, worker, -1, -1, -1,
+                    static_cast<uint32_t>(magic != p.h.magic ? magic : (total != p.h.total_words ? total : ntiles)),
+                    static_cast<uint32_t>(magic != p.h.magic ? p.h.magic
+                                                             : (total != p.h.total_words ? p.h.total_words
+                                                                                         : p.h.num_tiles)));
+        bad = 1;
+      } else if (tok < 0 || tok >= p.h.vocab) {
+        raise_error(p, kErrorBadToken, worker, -1, 0, -1, static_cast<uint32_t>(tok),
+                    static_cast<uint32_t>(p.h.vocab));
+        bad = 1;
+      } else if (pos < 0 || pos >= p.max_cache_len) {
+        raise_error(p, kErrorCacheFull, worker, -1, 0, -1, static_cast<uint32_t>(pos),
+                    static_cast<uint32_t>(p.max_cache_len));
+        bad = 1;
+      }
+      s_pos0 = pos;
+    }
+    s_epoch0 = p.state[kStateEpoch];
+    s_flag = bad;
+  }
+  __syncthreads();
+  if (s_flag) return;
+  const uint32_t epoch0 = s_epoch0;
+  const int64_t pos0 = s_pos0;
+  __syncthreads();
+
+  const int32_t tbeg = __ldg(p.plan + p.h.worker_offsets_offset + worker);
+  const int32_t tend = __ldg(p.plan + p.h.worker_offsets_offset + worker + 1);
+  // A worker without tiles has nothing to do (it would also read EPOCH without being an ancestor of ARGMAX).
+  if (tend == tbeg) return;
+  const int32_t* wtiles = p.plan + p.h.worker_tiles_offset;
+  int32_t steps_done = p.num_steps;
+
+  for (int32_t s = 0; s < p.num_steps; ++s) {
+    StepCtx sc;
+    sc.epoch = epoch0 + static_cast<uint32_t>(s) + 1u;
+    sc.step = s;
+    sc.pos = pos0 + s;
+    // The first tile's weights stream while this worker learns whether the step runs.
+    if (tid < 32) prefetch_tile(p, load_tile(p, __ldg(wtiles + tbeg)), sc.pos);
+    if (s > 0) {
+      // Learn the previous step's token: every worker decides identically whether this step runs.
+      if (tid == 0) {
+        int stop = 0, ok = 1;
+        if (!wait_counter(p, p.h.argmax_counter, epoch0 + static_cast<uint32_t>(s), worker, -1, s)) {
+          ok = 0;
+        } else if (is_eos(p, __ldcg(p.tokens + s - 1))) {
+          stop = 1;
+        } else if (sc.pos >= p.max_cache_len) {
+          raise_error(p, kErrorCacheFull, worker, -1, s, -1, static_cast<uint32_t>(sc.pos),
+                      static_cast<uint32_t>(p.max_cache_len));
+          ok = 0;
+        }
+        s_flag = ok;
+        s_stop = stop;
+      }
+      __syncthreads();
+      const int ok = s_flag, stop = s_stop;
+      __syncthreads();
+      if (!ok) return;
+      if (stop) {
+        steps_done = s;
+        break;
+      }
+    }
+    for (int32_t k = tbeg; k < tend; ++k) {
+      const int32_t ti = __ldg(wtiles + k);
+      const Tile t = load_tile(p, ti);
+      if (tid < 32) {
+        // Before the tile waits: its own weights (unless the previous tile already asked for them) and, with
+        // prefetch_next, the next tile's.
+        if (k > tbeg && !p.prefetch_next) prefetch_tile(p, t, sc.pos);
+        if (p.prefetch_next && k + 1 < tend) prefetch_tile(p, load_tile(p, __ldg(wtiles + k + 1)), sc.pos);
+      }
+      if (!run_tile(p, ti, t, sc, worker, smem, L, &s_flag, &s_tok)) return;
+    }
+  }
+
+  // Steps not executed: logits rows NaN, spread over the workers that have tiles (rank among them), tokens -1.
+  if (steps_done < p.num_steps) {
+    const int32_t W = p.h.num_workers;
+    int nonempty = 0, rank = 0;
+    for (int32_t base = 0; base < W; base += kThreads) {
+      const int32_t w = base + tid;
+      const bool has = w < W && __ldg(p.plan + p.h.worker_offsets_offset + w + 1) >
+                                    __ldg(p.plan + p.h.worker_offsets_offset + w);
+      nonempty += __syncthreads_count(has);
+      rank += __syncthreads_count(has && w < worker);
+    }
+    const int64_t V = p.h.vocab;
+    const int64_t lo = V * rank / nonempty, hi = V * (rank + 1) / nonempty;
+    for (int32_t s = steps_done; s < p.num_steps; ++s)
+      for (int64_t i = lo + tid; i < hi; i += kThreads) p.logits[int64_t(s) * V + i] = NAN;
+    if (rank == 0)
+      for (int32_t s = steps_done + tid; s < p.num_steps; s += kThreads) p.tokens[s] = -1;
+  }
+}
+
+cudaError_t decode_blocks_per_sm(const Header& h, int* blocks) {
+  const SmemLayout L = smem_layout(h);
+  cudaError_t e = cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel, kThreads, L.total);
+}
+
+cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
+  const SmemLayout L = smem_layout(p.h);
+  cudaError_t e = cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.h.num_workers);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = L.total;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, decode_kernel, p);
+}
+
+}  // namespace cuda
+}  // namespace tiles

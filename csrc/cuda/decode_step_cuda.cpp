@@ -1,0 +1,271 @@
+// CUDA backend of tiles::decode_step: argument checks, the kernel's by-value parameter block, the launch on the
+// current stream, and the asynchronous error report (no host sync in the hot path; safe inside CUDA-graph capture).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "cuda/decode_kernel.h"
+#include "op_checks.h"
+
+namespace tiles {
+namespace {
+
+#define TILES_CUDA_CHECK(expr, what)                                                                            \
+  do {                                                                                                          \
+    const cudaError_t err__ = (expr);                                                                           \
+    TORCH_CHECK(err__ == cudaSuccess, "tiles::decode_step (CUDA): ", what, " failed: ", cudaGetErrorString(err__)); \
+  } while (0)
+
+int64_t env_int(const char* name, int64_t dflt) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return dflt;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  TORCH_CHECK(end != v && *end == '\0', "tiles::decode_step: environment variable ", name, "='", v,
+              "' is not an integer");
+  return x;
+}
+
+const char* error_name(int32_t code) {
+  switch (code) {
+    case kErrorWaitTimeout: return "WAIT_TIMEOUT (a dependency wait exceeded its bound: a plan or kernel bug)";
+    case kErrorCacheFull: return "CACHE_FULL (position + step reached the KV cache capacity)";
+    case kErrorBadToken: return "BAD_TOKEN (token id outside the vocabulary)";
+    case kErrorBadPlan: return "BAD_PLAN (the device plan does not match the header it was launched with)";
+    default: return "UNKNOWN";
+  }
+}
+
+const char* op_name(int32_t op) {
+  switch (op) {
+    case kOpEmbed: return "embed";
+    case kOpQkv: return "qkv";
+    case kOpAttn: return "attn";
+    case kOpMerge: return "merge";
+    case kOpResid: return "resid";
+    case kOpGateup: return "gateup";
+    case kOpLmhead: return "lmhead";
+    case kOpArgmax: return "argmax";
+    default: return "?";
+  }
+}
+
+// Same wording as tiles_ext.planner.plan.describe_tile.
+std::string describe_tile(const Tile& t) {
+  std::string where = t.layer >= 0 ? c10::str("L", t.layer, ".") : std::string();
+  if (t.op == kOpAttn) return c10::str(where, op_name(t.op), "[h", t.aux0, " p", t.aux1, "]");
+  if (t.op == kOpMerge) return c10::str(where, op_name(t.op), "[h", t.aux0, "]");
+  if (t.op == kOpQkv || t.op == kOpResid || t.op == kOpGateup || t.op == kOpLmhead)
+    return c10::str(where, op_name(t.op), "[w", t.weight, "] rows ", t.row_begin, ":", t.row_end);
+  return c10::str(where, op_name(t.op));
+}
+
+// Error words of a state tensor, mirrored into pinned host memory after each (non-captured) launch and read at the
+// next call once the copy's event has completed.
+struct ErrorMirror {
+  int32_t* host = nullptr;  // kStateStepsDone + 1 words
+  cudaEvent_t event = nullptr;
+  bool pending = false;
+};
+
+std::mutex g_mirror_mu;
+std::unordered_map<const void*, ErrorMirror>& mirrors() {
+  static auto* m = new std::unordered_map<const void*, ErrorMirror>();
+  return *m;
+}
+
+// Synchronous read of the error words (error path and TILES_SYNC_CHECK only) and the exception.
+void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& state, const char* when) {
+  int32_t w[kStateStepsDone + 1];
+  TILES_CUDA_CHECK(cudaMemcpy(w, state.data_ptr(), sizeof(w), cudaMemcpyDeviceToHost), "reading the error words");
+  if (w[kStateError] == kErrorOk) return;
+  const int32_t tile = w[kStateErrorTile];
+  std::string tile_desc = "no tile (launch-time check)";
+  if (tile >= 0 && tile < h.num_tiles) {
+    Tile t;
+    TILES_CUDA_CHECK(cudaMemcpy(&t, plan.data_ptr<int32_t>() + h.tiles_offset + int64_t(tile) * kTileWords,
+                                sizeof(Tile), cudaMemcpyDeviceToHost),
+                     "reading the failing tile");
+    tile_desc = c10::str("tile ", tile, " (", describe_tile(t), ")");
+  } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout) {
+    tile_desc = "the step-boundary wait for the previous step's token";
+  }
+  std::string detail;
+  if (w[kStateError] == kErrorWaitTimeout) {
+    detail = c10::str(": counter ", w[kStateErrorCounter], " was at ", static_cast<uint32_t>(w[kStateErrorSeen]),
+                      ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
+  } else if (w[kStateError] == kErrorCacheFull) {
+    detail = c10::str(": position ", w[kStateErrorSeen], " with max_cache_len ", w[kStateErrorWanted]);
+  } else if (w[kStateError] == kErrorBadToken) {
+    detail = c10::str(": token ", w[kStateErrorSeen], " with vocab ", w[kStateErrorWanted]);
+  } else if (w[kStateError] == kErrorBadPlan) {
+    detail = c10::str(": device word ", w[kStateErrorSeen], ", header says ", w[kStateErrorWanted]);
+  }
+  TORCH_CHECK(false, "tiles::decode_step (CUDA): ", when, " failed with ", error_name(w[kStateError]), " in worker ",
+              w[kStateErrorWorker], ", ", tile_desc, ", step ", w[kStateErrorStep], detail,
+              ". The state tensor keeps the error and later launches on it do nothing: make a new runtime/state "
+              "(tiles_ext.errors.check_state(state, plan) describes it).");
+}
+
+void check_previous_launch(const at::Tensor& plan, const Header& h, const at::Tensor& state) {
+  std::lock_guard<std::mutex> lock(g_mirror_mu);
+  auto it = mirrors().find(state.data_ptr());
+  if (it == mirrors().end() || !it->second.pending) return;
+  ErrorMirror& m = it->second;
+  const cudaError_t q = cudaEventQuery(m.event);
+  if (q == cudaErrorNotReady) return;
+  TILES_CUDA_CHECK(q, "querying the previous launch's error event");
+  if (m.host[kStateError] != kErrorOk) {
+    m.pending = false;
+    raise_if_error(plan, h, state, "a previous launch on this state");  // confirms with a fresh read
+  }
+}
+
+void record_error_words(const at::Tensor& state, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_mirror_mu);
+  ErrorMirror& m = mirrors()[state.data_ptr()];
+  if (m.host == nullptr) {
+    TILES_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&m.host), (kStateStepsDone + 1) * sizeof(int32_t),
+                                   cudaHostAllocDefault),
+                     "allocating the pinned error mirror");
+    std::memset(m.host, 0, (kStateStepsDone + 1) * sizeof(int32_t));
+    TILES_CUDA_CHECK(cudaEventCreateWithFlags(&m.event, cudaEventDisableTiming), "creating the error event");
+  }
+  TILES_CUDA_CHECK(cudaMemcpyAsync(m.host, state.data_ptr(), (kStateStepsDone + 1) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream),
+                   "copying the error words");
+  TILES_CUDA_CHECK(cudaEventRecord(m.event, stream), "recording the error event");
+  m.pending = true;
+}
+
+struct DeviceInfo {
+  int sm_count = 0, cc_major = 0, cc_minor = 0;
+};
+
+DeviceInfo device_info(int dev) {
+  static std::mutex mu;
+  static std::unordered_map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  DeviceInfo d;
+  TILES_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, dev), "querying the SM count");
+  TILES_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev), "querying the CC");
+  TILES_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, dev), "querying the CC");
+  cache[dev] = d;
+  return d;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10::IntArrayRef plan_header,
+                                                    at::TensorList weights, at::TensorList k_cache,
+                                                    at::TensorList v_cache, const at::Tensor& scratch,
+                                                    const at::Tensor& state, const at::Tensor& input_ids,
+                                                    const at::Tensor& position, const at::Tensor& rope_inv_freq,
+                                                    double rope_scale, int64_t num_steps, c10::IntArrayRef eos_ids,
+                                                    int64_t order_seed) {
+  const Header h = header_from_list(plan_header);
+  TORCH_CHECK(plan.is_cuda(), "tiles::decode_step (CUDA): plan is on ", plan.device(), ", expected a CUDA device");
+  check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
+                         num_steps, eos_ids, plan.device());
+  TORCH_CHECK(order_seed == 0, "tiles::decode_step (CUDA): order_seed ", order_seed,
+              " is a CPU reference-executor test hook; the CUDA kernel runs the plan's one schedule (pass 0)");
+  const c10::cuda::CUDAGuard guard(plan.device());
+  const int dev = plan.device().index();
+  const DeviceInfo di = device_info(dev);
+  TORCH_CHECK(di.cc_major == 9, "tiles::decode_step (CUDA): this build targets sm_90a (H100/H200); device ", dev,
+              " has compute capability ", di.cc_major, ".", di.cc_minor);
+  TORCH_CHECK(h.sm_count == 0 || h.sm_count == di.sm_count, "tiles::decode_step (CUDA): plan made for a GPU with ",
+              h.sm_count, " SMs, device ", dev, " has ", di.sm_count, "; rebuild the plan for this GPU");
+  TORCH_CHECK(h.cc_major == 0 || (h.cc_major == di.cc_major && h.cc_minor == di.cc_minor),
+              "tiles::decode_step (CUDA): plan made for compute capability ", h.cc_major, ".", h.cc_minor,
+              ", device ", dev, " is ", di.cc_major, ".", di.cc_minor, "; rebuild the plan for this GPU");
+  TORCH_CHECK(h.num_workers <= di.sm_count, "tiles::decode_step (CUDA): plan has ", h.num_workers,
+              " workers, device ", dev, " has ", di.sm_count, " SMs (one worker per SM)");
+  TORCH_CHECK(h.num_layers <= cuda::kMaxLayers, "tiles::decode_step (CUDA): ", h.num_layers,
+              " layers, this build supports at most ", cuda::kMaxLayers, " (cuda::kMaxLayers)");
+  const int G = h.num_heads / h.num_kv_heads;
+  TORCH_CHECK(G <= cuda::kMaxGroup, "tiles::decode_step (CUDA): ", G, " query heads per KV head, at most ",
+              cuda::kMaxGroup, " supported");
+  TORCH_CHECK(h.head_dim % 8 == 0 && h.head_dim <= 256 && h.hidden % 8 == 0 && h.intermediate % 8 == 0,
+              "tiles::decode_step (CUDA): head_dim (", h.head_dim, "), hidden (", h.hidden, ") and intermediate (",
+              h.intermediate, ") must be multiples of 8 (16-byte rows), head_dim <= 256");
+  const int64_t max_len = max_cache_len(k_cache);
+  TORCH_CHECK(max_len < (int64_t(1) << 31) / h.head_dim, "tiles::decode_step (CUDA): max_cache_len ", max_len,
+              " too large");
+
+  int blocks_per_sm = 0;
+  TILES_CUDA_CHECK(cuda::decode_blocks_per_sm(h, &blocks_per_sm), "the occupancy query");
+  TORCH_CHECK(blocks_per_sm >= 1, "tiles::decode_step (CUDA): a worker block (", cuda::kThreads, " threads, ",
+              cuda::smem_layout(h).total, " bytes of shared memory) does not fit on an SM");
+
+  cuda::KernelParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.plan = plan.data_ptr<int32_t>();
+  p.scratch = scratch.data_ptr<uint8_t>();
+  p.state = reinterpret_cast<uint32_t*>(state.data_ptr<int32_t>());
+  p.input_ids = input_ids.data_ptr<int64_t>();
+  p.position = position.data_ptr<int64_t>();
+  p.inv_freq = rope_inv_freq.data_ptr<float>();
+  p.rope_scale = static_cast<float>(rope_scale);
+  float eps;
+  std::memcpy(&eps, &h.eps_bits, sizeof(eps));
+  p.eps = eps;
+  p.num_steps = static_cast<int32_t>(num_steps);
+  p.num_eos = static_cast<int32_t>(eos_ids.size());
+  for (size_t i = 0; i < eos_ids.size(); ++i) p.eos[i] = static_cast<int32_t>(eos_ids[i]);
+  p.max_cache_len = static_cast<int32_t>(max_len);
+  p.h = h;
+  p.timeout_ns = static_cast<uint64_t>(env_int("TILES_WAIT_TIMEOUT_MS", 2000)) * 1000000ull;
+  p.prefetch_bytes = static_cast<int32_t>(env_int("TILES_PREFETCH_BYTES", 65536));
+  p.prefetch_next = static_cast<int32_t>(env_int("TILES_PREFETCH_NEXT", 0));
+  for (int64_t i = 0; i < h.num_weights; ++i) {
+    TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
+                "] is not 16-byte aligned (the kernel reads 16-byte vectors)");
+    p.weights[i] = reinterpret_cast<const uint16_t*>(weights[i].data_ptr());
+  }
+  for (int64_t l = 0; l < h.num_layers; ++l) {
+    TORCH_CHECK(aligned16(k_cache[l].data_ptr()) && aligned16(v_cache[l].data_ptr()),
+                "tiles::decode_step (CUDA): k_cache/v_cache[", l, "] is not 16-byte aligned");
+    p.k_cache[l] = reinterpret_cast<uint16_t*>(k_cache[l].data_ptr());
+    p.v_cache[l] = reinterpret_cast<uint16_t*>(v_cache[l].data_ptr());
+  }
+
+  auto logits = at::empty({num_steps, h.vocab}, plan.options().dtype(at::kFloat));
+  auto tokens = at::empty({num_steps}, plan.options().dtype(at::kLong));
+  p.logits = logits.data_ptr<float>();
+  p.tokens = tokens.data_ptr<int64_t>();
+
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TILES_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "querying the stream capture status");
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (!capturing) check_previous_launch(plan, h, state);
+
+  TILES_CUDA_CHECK(cuda::launch_decode(p, stream), "launching the persistent kernel");
+
+  if (!capturing) {
+    if (env_int("TILES_SYNC_CHECK", 0) != 0) {
+      // Debug mode: report this launch's error from this call (host sync).
+      TILES_CUDA_CHECK(cudaStreamSynchronize(stream), "the kernel");
+      raise_if_error(plan, h, state, "this launch");
+    } else {
+      record_error_words(state, stream);
+    }
+  }
+  return {logits, tokens};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tiles, CUDA, m) { m.impl("decode_step", &decode_step_cuda); }
+
+}  // namespace tiles

@@ -1,0 +1,177 @@
+// Host-side argument checks for tiles::decode_step (CPU reference executor and CUDA glue share them).
+#include "op_checks.h"
+
+#include <string>
+
+namespace tiles {
+
+namespace {
+
+std::string shape_str(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, c10::Device device) {
+  TORCH_CHECK(t.defined(), "tiles::decode_step: ", name, " is undefined");
+  TORCH_CHECK(t.scalar_type() == dtype, "tiles::decode_step: ", name, " has dtype ", t.scalar_type(),
+              ", expected ", dtype);
+  TORCH_CHECK(t.device() == device, "tiles::decode_step: ", name, " is on ", t.device(), ", expected ", device,
+              " (all tensors must be on the plan's device)");
+  TORCH_CHECK(t.is_contiguous(), "tiles::decode_step: ", name, " must be contiguous (got strides ", t.strides(),
+              " for shape ", t.sizes(), ")");
+}
+
+}  // namespace
+
+Header header_from_list(c10::IntArrayRef plan_header) {
+  TORCH_CHECK(static_cast<int64_t>(plan_header.size()) == kHeaderWords, "tiles::decode_step: plan_header has ",
+              plan_header.size(), " words, expected ", kHeaderWords, " (plan format version ", kFormatVersion,
+              "); rebuild the plan with this version of tiles_ext");
+  Header h;
+  int32_t* words = reinterpret_cast<int32_t*>(&h);
+  for (int i = 0; i < kHeaderWords; ++i) {
+    const int64_t v = plan_header[i];
+    TORCH_CHECK(v >= INT32_MIN && v <= INT32_MAX, "tiles::decode_step: plan_header word ", i, " = ", v,
+                " does not fit int32");
+    words[i] = static_cast<int32_t>(v);
+  }
+  TORCH_CHECK(h.magic == kMagic, "tiles::decode_step: plan_header is not a Tiles plan header (magic 0x",
+              std::hex, static_cast<uint32_t>(h.magic), ", expected 0x", static_cast<uint32_t>(kMagic), ")");
+  TORCH_CHECK(h.format_version == kFormatVersion, "tiles::decode_step: plan format version ", h.format_version,
+              ", this build reads version ", kFormatVersion, "; rebuild the plan");
+  TORCH_CHECK(h.abi_version == kAbiVersion, "tiles::decode_step: plan made for executor ABI ", h.abi_version,
+              ", this build is ABI ", kAbiVersion, "; rebuild the plan");
+  TORCH_CHECK(h.header_words == kHeaderWords, "tiles::decode_step: plan header_words ", h.header_words,
+              ", expected ", kHeaderWords);
+  TORCH_CHECK(h.num_layers >= 1 && h.hidden > 0 && h.num_heads > 0 && h.num_kv_heads > 0 && h.head_dim > 0 &&
+                  h.intermediate > 0 && h.vocab > 0 && h.num_workers > 0 && h.num_tiles > 0,
+              "tiles::decode_step: plan header has a non-positive dimension (layers ", h.num_layers, ", hidden ",
+              h.hidden, ", heads ", h.num_heads, ", kv heads ", h.num_kv_heads, ", head_dim ", h.head_dim,
+              ", intermediate ", h.intermediate, ", vocab ", h.vocab, ", workers ", h.num_workers, ", tiles ",
+              h.num_tiles, ")");
+  TORCH_CHECK(h.num_heads % h.num_kv_heads == 0, "tiles::decode_step: plan header num_heads ", h.num_heads,
+              " is not a multiple of num_kv_heads ", h.num_kv_heads);
+  TORCH_CHECK(h.head_dim % 2 == 0, "tiles::decode_step: plan header head_dim ", h.head_dim, " is odd");
+  TORCH_CHECK(h.num_weights == h.num_layers * kLayerSlots + kFinalSlots, "tiles::decode_step: plan header says ",
+              h.num_weights, " weights for ", h.num_layers, " layers, expected ",
+              h.num_layers * kLayerSlots + kFinalSlots);
+  TORCH_CHECK(h.counter_stride >= 1 && h.num_counters >= 1 &&
+                  static_cast<int64_t>(h.state_words) >=
+                      kStateHeaderWords + static_cast<int64_t>(h.num_counters) * h.counter_stride,
+              "tiles::decode_step: plan header state_words ", h.state_words, " too small for ", h.num_counters,
+              " counters with stride ", h.counter_stride);
+  TORCH_CHECK(h.argmax_counter >= 0 && h.argmax_counter < h.num_counters,
+              "tiles::decode_step: plan header argmax_counter ", h.argmax_counter, " out of range [0, ",
+              h.num_counters, ")");
+  TORCH_CHECK(h.attn_partitions >= 1 && h.attn_granule >= 1 && h.lm_tiles >= 1,
+              "tiles::decode_step: plan header attn_partitions ", h.attn_partitions, ", attn_granule ",
+              h.attn_granule, ", lm_tiles ", h.lm_tiles, " must all be >= 1");
+  return h;
+}
+
+void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* cols) {
+  const int64_t H = h.hidden, q = int64_t(h.num_heads) * h.head_dim, kv = int64_t(h.num_kv_heads) * h.head_dim;
+  const int64_t I = h.intermediate, V = h.vocab;
+  const int64_t layer_words = int64_t(h.num_layers) * kLayerSlots;
+  if (i < layer_words) {
+    switch (i % kLayerSlots) {
+      case kSlotInputNorm: *rows = H; *cols = 0; return;
+      case kSlotQ: *rows = q; *cols = H; return;
+      case kSlotK: *rows = kv; *cols = H; return;
+      case kSlotV: *rows = kv; *cols = H; return;
+      case kSlotO: *rows = H; *cols = q; return;
+      case kSlotPostNorm: *rows = H; *cols = 0; return;
+      case kSlotGate: *rows = I; *cols = H; return;
+      case kSlotUp: *rows = I; *cols = H; return;
+      case kSlotDown: *rows = H; *cols = I; return;
+    }
+  }
+  switch (i - layer_words) {
+    case kFinalFinalNorm: *rows = H; *cols = 0; return;
+    case kFinalLmHead: *rows = V; *cols = H; return;
+    default: *rows = V; *cols = H; return;  // kFinalEmbed
+  }
+}
+
+static const char* weight_slot_name(const Header& h, int64_t i) {
+  static const char* layer_names[kLayerSlots] = {"input_norm", "q", "k", "v", "o", "post_norm", "gate", "up",
+                                                 "down"};
+  static const char* final_names[kFinalSlots] = {"final_norm", "lm_head", "embed"};
+  const int64_t layer_words = int64_t(h.num_layers) * kLayerSlots;
+  return i < layer_words ? layer_names[i % kLayerSlots] : final_names[i - layer_words];
+}
+
+void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorList weights, at::TensorList k_cache,
+                            at::TensorList v_cache, const at::Tensor& scratch, const at::Tensor& state,
+                            const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
+                            int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device) {
+  check_tensor(plan, "plan", at::kInt, device);
+  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, "tiles::decode_step: plan has shape ",
+              shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
+
+  TORCH_CHECK(static_cast<int64_t>(weights.size()) == h.num_weights, "tiles::decode_step: weights has ",
+              weights.size(), " tensors, the plan expects ", h.num_weights, " (", h.num_layers, " layers x ",
+              kLayerSlots, " + ", kFinalSlots, "; use tiles_ext.runtime.model_weights)");
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const at::Tensor& w = weights[i];
+    const std::string name = c10::str("weights[", i, "] (", weight_slot_name(h, i),
+                                      i < size_t(h.num_layers) * kLayerSlots
+                                          ? c10::str(", layer ", i / kLayerSlots)
+                                          : std::string(),
+                                      ")");
+    check_tensor(w, name.c_str(), at::kBFloat16, device);
+    int64_t rows, cols;
+    expected_weight_shape(h, i, &rows, &cols);
+    const bool ok = cols == 0 ? (w.dim() == 1 && w.size(0) == rows)
+                              : (w.dim() == 2 && w.size(0) == rows && w.size(1) == cols);
+    TORCH_CHECK(ok, "tiles::decode_step: ", name, " has shape ", shape_str(w), ", the plan expects ",
+                cols == 0 ? c10::str("[", rows, "]") : c10::str("[", rows, ", ", cols, "]"),
+                " (plan made for another model?)");
+  }
+
+  TORCH_CHECK(static_cast<int64_t>(k_cache.size()) == h.num_layers &&
+                  static_cast<int64_t>(v_cache.size()) == h.num_layers,
+              "tiles::decode_step: k_cache/v_cache have ", k_cache.size(), "/", v_cache.size(),
+              " layers, the plan expects ", h.num_layers);
+  const int64_t max_len = k_cache[0].dim() == 4 ? k_cache[0].size(2) : -1;
+  for (int64_t l = 0; l < h.num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const at::Tensor& c = kv == 0 ? k_cache[l] : v_cache[l];
+      const std::string name = c10::str(kv == 0 ? "k_cache[" : "v_cache[", l, "]");
+      check_tensor(c, name.c_str(), at::kBFloat16, device);
+      TORCH_CHECK(c.dim() == 4 && c.size(0) == 1 && c.size(1) == h.num_kv_heads && c.size(2) == max_len &&
+                      c.size(3) == h.head_dim,
+                  "tiles::decode_step: ", name, " has shape ", shape_str(c), ", expected [1, ", h.num_kv_heads,
+                  ", max_cache_len, ", h.head_dim, "] with the same max_cache_len (", max_len,
+                  ") for every layer (batch 1 only)");
+    }
+  }
+  TORCH_CHECK(max_len >= 1, "tiles::decode_step: KV cache has max_cache_len ", max_len);
+
+  check_tensor(scratch, "scratch", at::kByte, device);
+  TORCH_CHECK(scratch.dim() == 1 && scratch.numel() >= h.scratch_bytes, "tiles::decode_step: scratch has shape ",
+              shape_str(scratch), ", the plan needs at least [", h.scratch_bytes, "] bytes");
+  check_tensor(state, "state", at::kInt, device);
+  TORCH_CHECK(state.dim() == 1 && state.numel() == h.state_words, "tiles::decode_step: state has shape ",
+              shape_str(state), ", expected [", h.state_words, "] (state_words in plan_header)");
+
+  check_tensor(input_ids, "input_ids", at::kLong, device);
+  TORCH_CHECK(input_ids.numel() == 1, "tiles::decode_step: input_ids has shape ", shape_str(input_ids),
+              ", expected one element (batch 1, one token)");
+  check_tensor(position, "position", at::kLong, device);
+  TORCH_CHECK(position.numel() == 1, "tiles::decode_step: position has shape ", shape_str(position),
+              ", expected one element");
+  check_tensor(rope_inv_freq, "rope_inv_freq", at::kFloat, device);
+  TORCH_CHECK(rope_inv_freq.dim() == 1 && rope_inv_freq.size(0) == h.head_dim / 2,
+              "tiles::decode_step: rope_inv_freq has shape ", shape_str(rope_inv_freq), ", expected [",
+              h.head_dim / 2, "] (head_dim / 2)");
+
+  TORCH_CHECK(num_steps >= 1 && num_steps <= kMaxSteps, "tiles::decode_step: num_steps ", num_steps,
+              " outside 1..", kMaxSteps);
+  TORCH_CHECK(static_cast<int64_t>(eos_ids.size()) <= kMaxEos, "tiles::decode_step: ", eos_ids.size(),
+              " eos_ids given, at most ", kMaxEos, " supported");
+  for (int64_t e : eos_ids) {
+    TORCH_CHECK(e >= 0 && e < h.vocab, "tiles::decode_step: eos id ", e, " outside the vocabulary [0, ", h.vocab,
+                ")");
+  }
+}
+
+}  // namespace tiles

@@ -1,0 +1,33 @@
+// Host-side argument checks for tiles::decode_step, shared by the CPU reference executor and the CUDA glue.
+// Everything here runs on the host and never touches device memory (no syncs).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
+
+#include "plan_format.h"
+
+namespace tiles {
+
+// Host copy of the plan header from the op's int[] argument; checks magic/format/abi/header size.
+Header header_from_list(c10::IntArrayRef plan_header);
+
+// Everything checkable without touching device memory: dtypes, devices (all on `device`), shapes against the
+// header (hidden, heads, kv, head_dim, intermediate, vocab, num_layers, list lengths), contiguity, cache shapes
+// [1, kv, max_len, head_dim] and dtype, scratch size, state size, num_steps in 1..kMaxSteps, eos count <= kMaxEos,
+// plan tensor int32 size == total_words.
+// Throws with TORCH_CHECK and a message naming the argument, what was given and what is expected.
+void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorList weights, at::TensorList k_cache,
+                            at::TensorList v_cache, const at::Tensor& scratch, const at::Tensor& state,
+                            const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
+                            int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device);
+
+// Expected [rows, cols] of weight i (cols 0 = a vector of `rows` elements), derived from the header dims.
+// Same rule as planner/plan.py expected_weight_shapes.
+void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* cols);
+
+// Max cache length (dim 2 of every k/v cache tensor); valid after check_decode_step_args.
+inline int64_t max_cache_len(at::TensorList k_cache) { return k_cache[0].size(2); }
+
+}  // namespace tiles

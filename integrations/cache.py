@@ -1,0 +1,105 @@
+"""The KV cache the tile op shares with PyTorch prefill: a transformers StaticCache.
+
+The op writes the new token's K/V in place into cache.layers[i].keys / .values ([1, kv, max_len, head_dim] bf16,
+the very tensors PyTorch prefill filled), and the decode position is the cache's own length counter
+(StaticLayer.cumulative_length, a 0-dim device tensor). After each launch every layer's counter is advanced in
+place on the device, as StaticLayer.update would have done, so PyTorch and the op can take turns on one cache.
+"""
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import StaticCache, StaticLayer
+
+from .errors import CacheFullError
+
+
+def cache_type_problem(cache, num_layers: int) -> str | None:
+    """Why the op cannot decode into this kind of cache (None: it can). Types only, no tensors touched."""
+    if not isinstance(cache, StaticCache):
+        return (f"a {type(cache).__name__} (the tile op decodes into a StaticCache only; generate() without a "
+                f"cache argument, or with cache_implementation='static', gives it one)")
+    if getattr(cache, "offloading", False):
+        return "an offloaded StaticCache (the tile op needs the cache on the model's device)"
+    layers = cache.layers
+    if len(layers) != num_layers or any(type(layer) is not StaticLayer for layer in layers):
+        return (f"a StaticCache with {len(layers)} layers of types {sorted({type(l).__name__ for l in layers})} "
+                f"(the tile op needs {num_layers} plain StaticLayer layers)")
+    return None
+
+
+def cache_tensor_problem(cache, device: torch.device, num_kv_heads: int, head_dim: int) -> str | None:
+    """Why the op cannot decode into this allocated StaticCache (None: it can). Shapes only, no device reads."""
+    keys, values = cache.layers[0].keys, cache.layers[0].values
+    if keys.shape[0] != 1:
+        return f"a StaticCache for batch size {keys.shape[0]} (the tile op decodes batch 1)"
+    if (keys.dtype != torch.bfloat16 or keys.dim() != 4 or keys.shape[1] != num_kv_heads
+            or keys.shape[3] != head_dim or values.shape != keys.shape or values.dtype != keys.dtype
+            or not keys.is_contiguous() or not values.is_contiguous()):
+        return (f"a StaticCache holding {keys.dtype} {tuple(keys.shape)} tensors (the tile op needs contiguous "
+                f"bfloat16 [1, {num_kv_heads}, max_len, {head_dim}])")
+    if keys.device != device:
+        return f"a StaticCache on {keys.device} (the model was patched for {device})"
+    return None
+
+
+def is_initialized(cache) -> bool:
+    """False until the first PyTorch update allocates the tensors (StaticLayer.lazy_initialization)."""
+    return all(getattr(layer, "is_initialized", False) for layer in cache.layers)
+
+
+def layer_tensors(cache) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    layers = cache.layers
+    return [layer.keys for layer in layers], [layer.values for layer in layers]
+
+
+def position(cache) -> torch.Tensor:
+    """The decode position (cache index of the input token) as a 1-element int64 device tensor: a view of the
+    cache's own counter, so a CUDA graph replay reads the current value."""
+    return cache.layers[0].cumulative_length.view(1)
+
+
+def advance(cache, steps) -> None:
+    """Advance every layer's length counter by `steps` (int or 0-dim tensor) in place on the device."""
+    torch._foreach_add_([layer.cumulative_length for layer in cache.layers], steps)
+
+
+def capacity(cache) -> int:
+    return int(cache.layers[0].keys.shape[2])
+
+
+# Host-side length tracking (eager mode only). The counter's version number tells whether anything other than
+# this module moved it since we last looked (a PyTorch prefill, a crop, a compiled step); only then is the
+# device value read (one sync), otherwise the host copy is exact.
+_TRACK = "_tiles_host_length"
+
+
+def host_length(cache) -> int:
+    counter = cache.layers[0].cumulative_length
+    record = cache.__dict__.get(_TRACK)
+    try:
+        version = counter._version
+    except RuntimeError:  # inference-mode tensors keep no version: read the value every time
+        return int(counter.item())
+    if record is not None and record[0] is counter and record[1] == version:
+        return record[2]
+    return int(counter.item())
+
+
+def record_length(cache, length: int) -> None:
+    counter = cache.layers[0].cumulative_length
+    try:
+        cache.__dict__[_TRACK] = (counter, counter._version, length)
+    except RuntimeError:
+        pass
+
+
+def check_room(cache, steps: int) -> int:
+    """Raises CacheFullError if `steps` more tokens do not fit; returns the current length."""
+    length = host_length(cache)
+    cap = capacity(cache)
+    if length + steps > cap:
+        raise CacheFullError(
+            f"the StaticCache is full: it holds {length} of its max_cache_len {cap} positions and this decode "
+            f"step needs {steps} more. Create it with a larger max_cache_len "
+            f"(StaticCache(config=..., max_cache_len=N)), or generate fewer tokens.")
+    return length

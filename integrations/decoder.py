@@ -1,0 +1,62 @@
+"""TileDecoder: one patched model's plan bound to its device and weights; runs decode steps on a StaticCache."""
+from __future__ import annotations
+
+import torch
+
+from ..planner import format as fmt
+from ..planner.plan import Plan
+from ..runtime import TileRuntime, model_weights, rope_tables
+from . import cache as kv
+from .errors import TileOpError
+
+
+def _static(t: torch.Tensor) -> torch.Tensor:
+    # Fixed addresses for CUDA graphs (generate compiles decode with mode="reduce-overhead"): without this,
+    # cudagraph trees would copy every non-parameter input (all weights: detached views) into graph buffers.
+    torch._dynamo.mark_static_address(t)
+    return t
+
+
+class TileDecoder:
+    def __init__(self, model, plan: Plan, device: torch.device):
+        self.plan = plan
+        self.device = device
+        self.runtime = TileRuntime(plan, device)
+        self.weights = [_static(w) for w in model_weights(model)]
+        inv_freq, self.rope_scale = rope_tables(model)
+        self.inv_freq = _static(inv_freq.to(device))
+        for t in (self.runtime.plan_tensor, self.runtime.scratch, self.runtime.state):
+            _static(t)
+        s = plan.shape
+        self.num_layers, self.num_kv_heads, self.head_dim, self.vocab = s.num_layers, s.num_kv_heads, s.head_dim, s.vocab
+
+    def cache_problem(self, cache) -> str | None:
+        """Why this decoder cannot decode into `cache` (None: it can); "" while the cache is unallocated."""
+        problem = kv.cache_type_problem(cache, self.num_layers)
+        if problem is not None:
+            return problem
+        if not kv.is_initialized(cache):
+            return ""
+        return kv.cache_tensor_problem(cache, self.device, self.num_kv_heads, self.head_dim)
+
+    def launch(self, input_ids: torch.Tensor, cache, num_steps: int = 1, eos_ids=()):
+        """Run num_steps decode steps from the cache's current position. input_ids: the token at that position
+        (1 element, on the device). Returns (logits fp32 [num_steps, vocab], tokens int64 [num_steps]).
+        Does not advance the cache counters (the caller knows how many steps ran)."""
+        keys, values = kv.layer_tensors(cache)
+        return self.runtime.step(self.weights, keys, values, input_ids.reshape(1), kv.position(cache),
+                                 self.inv_freq, self.rope_scale, num_steps, eos_ids)
+
+    def step(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
+        """One decode step: logits fp32 [1, vocab]; the cache holds the token's K/V and its counters advanced."""
+        logits, _ = self.launch(input_ids, cache, 1)
+        kv.advance(cache, 1)
+        return logits
+
+    def check_error(self) -> None:
+        """Raise TileOpError if the op flagged an error (host sync: call only where the caller syncs anyway)."""
+        err = self.runtime.error()
+        if err["error"] != fmt.ErrorCode.OK:
+            code = fmt.ErrorCode(err["error"]).name
+            raise TileOpError(f"tiles::decode_step reported {code} (worker {err['error_worker']}, tile "
+                              f"{err['error_tile']}, step {err['error_step']}); state words: {err}")

@@ -1,0 +1,108 @@
+"""The patched model.generate: picks the path for each call, then defers to Transformers' own generate.
+
+- tile path: decode steps run through the op, one token per step (the patched forward). A call without a cache
+  gets cache_implementation="static" (generate then builds a StaticCache sized max_length - 1, the storage that
+  prefill and the op share); a user's StaticCache is used as given.
+- fast path (multi_token): greedy calls additionally hand generate a decoding loop that runs up to 64 tokens per
+  launch (fast_greedy.FastGreedy).
+- PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
+  cache types) runs the unpatched way, with a one-time warning naming the reason.
+The model's generation_config is never modified.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+
+import torch
+from transformers.generation.configuration_utils import GenerationMode
+
+from .fast_greedy import FastGreedy
+
+TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
+
+
+def make_generate(model, state):
+    original = state.original_generate
+    positional = [p.name for p in inspect.signature(original).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    @functools.wraps(original)
+    def generate(*args, **kwargs):
+        if len(args) > len(positional):
+            return original(*args, **kwargs)  # let generate raise its own TypeError
+        kw = dict(zip(positional, args))
+        kw.update(kwargs)
+        route, reason = choose_route(model, state, kw)
+        if route == "torch":
+            state.warn_once("generate:" + reason.split(" (")[0], f"generate() with {reason}")
+            state.quiet = True
+            try:
+                return original(**kw)
+            finally:
+                state.quiet = False
+        if route == "fast":
+            kw["custom_generate"] = FastGreedy(state, kw.get("streamer"))
+        if kw.get("cache") is None and kw.get("past_key_values") is None and kw.get("cache_implementation") is None:
+            kw["cache_implementation"] = "static"
+        state.trusted = True
+        try:
+            out = original(**kw)
+        finally:
+            state.trusted = False
+        if state.decoder.device.type == "cuda":
+            state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
+        return out
+
+    return generate
+
+
+def _merged_config(model, kw):
+    """generate's effective GenerationConfig for this call (its own resolution, approximated without side
+    effects: the passed or default config, updated with the call's generation kwargs)."""
+    config = copy.deepcopy(kw.get("generation_config") or model.generation_config)
+    updates = {k: v for k, v in kw.items() if k != "generation_config" and hasattr(config, k)}
+    config.update(**updates)
+    return config
+
+
+def choose_route(model, state, kw) -> tuple[str, str]:
+    """("tile" | "fast" | "torch", reason for torch)."""
+    if kw.get("custom_generate") is not None:
+        return "torch", "a custom_generate decoding method"
+    try:
+        config = _merged_config(model, kw)
+        mode = config.get_generation_mode(kw.get("assistant_model"))
+    except Exception:  # an invalid combination: generate itself raises the proper error
+        return "torch", "a generation config the tile path does not recognise"
+    if mode not in TILE_MODES:
+        return "torch", f"{mode.value.replace('_', ' ')} (the tile op serves greedy and sampling decoding)"
+    if (config.num_return_sequences or 1) > 1:
+        return "torch", f"num_return_sequences={config.num_return_sequences} (batch > 1; the tile op decodes batch 1)"
+    for flag in ("output_attentions", "output_hidden_states"):
+        if getattr(config, flag, False):
+            return "torch", f"{flag}=True (the tile op does not produce them)"
+    if config.use_cache is False:
+        return "torch", "use_cache=False"
+    inputs = next((kw[k] for k in ("inputs", "input_ids", "inputs_embeds") if kw.get(k) is not None), None)
+    if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and inputs.shape[0] != 1:
+        return "torch", f"batch size {inputs.shape[0]} (the tile op decodes batch 1)"
+    mask = kw.get("attention_mask")
+    if mask is not None and (mask.dim() != 2 or mask.shape[0] != 1 or not bool((mask == 1).all())):
+        return "torch", "an attention_mask with zeros (padding; the tile op attends to every cached position)"
+    cache = kw.get("cache")
+    if cache is None:
+        cache = kw.get("past_key_values")
+    if cache is not None:
+        problem = state.decoder.cache_problem(cache)
+        if problem:
+            return "torch", problem
+        return "tile", ""
+    if config.cache_implementation not in (None, "static"):
+        return "torch", f"cache_implementation={config.cache_implementation!r} (the tile op decodes into a StaticCache)"
+    if (state.multi_token and mode == GenerationMode.GREEDY_SEARCH and not kw.get("logits_processor")
+            and not kw.get("stopping_criteria") and kw.get("prefix_allowed_tokens_fn") is None
+            and not kw.get("synced_gpus")):
+        return "fast", ""
+    return "tile", ""

@@ -1,0 +1,141 @@
+"""Llama-family causal LMs: support checks and the patched forward.
+
+The patched forward sends every decode step (one new token, a StaticCache already holding the prompt) to
+torch.ops.tiles.decode_step and everything else (prefill, training, batches, extra outputs) to the model's own
+forward. Its logits are fp32 [1, 1, vocab] (the op's), not rounded to bf16 as the PyTorch forward's are.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from . import cache as kv
+from .errors import UnsupportedModelError
+
+SUPPORTED_DTYPE = torch.bfloat16
+
+
+def check_model(model) -> torch.device:
+    """The device the model runs on; raises UnsupportedModelError naming what is unsupported and what is."""
+    name = type(model).__name__
+    inner = getattr(model, "model", None)
+    if getattr(model, "lm_head", None) is None or inner is None or not hasattr(inner, "layers"):
+        raise UnsupportedModelError(
+            f"{name} is not supported: tiles_ext.patch takes a causal LM with an LM head "
+            "(LlamaForCausalLM, e.g. AutoModelForCausalLM.from_pretrained(...))")
+    params = list(model.parameters())
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
+    if dtypes != ["bfloat16"]:
+        raise UnsupportedModelError(
+            f"{name} has parameters in {', '.join(dtypes)}; only bfloat16 is supported: load it with "
+            "dtype=torch.bfloat16 or call model.to(torch.bfloat16)")
+    devices = {p.device for p in params}
+    if len(devices) != 1:
+        raise UnsupportedModelError(
+            f"{name} is spread over devices {sorted(map(str, devices))}; only a model on one device is supported "
+            "(load it without a multi-device device_map)")
+    device = devices.pop()
+    if device.type not in ("cpu", "cuda"):
+        raise UnsupportedModelError(f"{name} is on {device}; supported devices: cpu, cuda")
+    if device.type == "cuda" and not torch._C._dispatch_has_kernel_for_dispatch_key("tiles::decode_step", "CUDA"):
+        raise UnsupportedModelError(
+            f"{name} is on {device}, but this tiles_ext build has no CUDA kernel (built CPU-only); rebuild on a "
+            "machine with a CUDA toolkit and CUDA torch, or patch a CPU model")
+    if getattr(model, "hf_device_map", None) and len(set(map(str, model.hf_device_map.values()))) > 1:
+        raise UnsupportedModelError(f"{name} uses a multi-device device_map; only one device is supported")
+    return device
+
+
+def check_weights(model, plan) -> None:
+    """The op reads plain row-major bf16 matrices: refuse packed/quantized layers (e.g. GGUF kept packed)."""
+    from ..runtime import model_weights
+    for i, (w, (rows, cols)) in enumerate(zip(model_weights(model), plan.weight_shapes.tolist())):
+        want = (rows,) if cols == 0 else (rows, cols)
+        if tuple(w.shape) != want or w.dtype != SUPPORTED_DTYPE or not w.is_contiguous():
+            raise UnsupportedModelError(
+                f"weight {i} of {type(model).__name__} is {w.dtype} {tuple(w.shape)}"
+                f"{'' if w.is_contiguous() else ' non-contiguous'}; the plan needs contiguous bfloat16 {want} "
+                "(quantized or packed layers are not supported: load dense bf16 weights)")
+
+
+def make_forward(model, state):
+    """The patched forward, bound to this instance (installed as model.forward)."""
+    original = state.original_forward
+    decoder = state.decoder
+    cache_field = state.cache_field
+    positional = [p.name for p in inspect.signature(original).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return_dict_default = bool(getattr(model.config, "return_dict", True))
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        call = dict(zip(positional, args)) if args else {}
+        if call:
+            call.update(kwargs)
+        else:
+            call = kwargs
+        input_ids = call.get("input_ids")
+        if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
+            return original(*args, **kwargs)  # prefill, inputs_embeds: PyTorch
+        cache = call.get("cache")
+        if cache is None:
+            cache = call.get("past_key_values")
+        if cache is None or call.get("use_cache") is False:
+            return original(*args, **kwargs)  # no cache: not a decode step
+        problem = _decode_problem(state, decoder, input_ids, cache, call)
+        if problem is not None:
+            if problem:
+                state.warn_once(problem[0], problem[1])
+            return original(*args, **kwargs)
+        eager = not torch.compiler.is_compiling()
+        if eager:
+            length = kv.check_room(cache, 1)
+        logits = decoder.step(input_ids if input_ids.dtype == torch.long else input_ids.long(), cache)
+        if eager:
+            kv.record_length(cache, length + 1)
+        out = CausalLMOutputWithPast(logits=logits.view(1, 1, -1), **{cache_field: cache})
+        return_dict = call.get("return_dict")
+        if return_dict is None:
+            return_dict = return_dict_default
+        return out if return_dict else out.to_tuple()
+
+    return forward
+
+
+def _decode_problem(state, decoder, input_ids, cache, call):
+    """None: the op serves this decode step. () : PyTorch serves it, silently (nothing to warn about).
+    (key, message): PyTorch serves it, warn once."""
+    if call.get("labels") is not None:
+        return ("labels", "a forward with labels (loss) asked for")
+    for flag in ("output_attentions", "output_hidden_states"):
+        if call.get(flag):
+            return (flag, f"{flag}=True asked for (the tile op does not produce them)")
+    problem = decoder.cache_problem(cache)
+    if problem == "":
+        return ()  # StaticCache not allocated yet (a 1-token prompt): the PyTorch forward allocates it
+    if problem is None and input_ids.shape[0] != 1:
+        problem = f"batch size {input_ids.shape[0]} (the tile op decodes batch 1)"
+    if problem is not None:
+        return ("cache:" + problem.split(" (")[0], f"decode step with {problem}")
+    if state.trusted:
+        # Inside generate(): the wrapper checked the 2-D mask (all ones) once; generate turns it into the 4-D
+        # causal mask of the StaticCache, which is exactly what the op attends to, and positions = cache length.
+        return None
+    mask = call.get("attention_mask")
+    if mask is not None and (mask.dim() != 2 or mask.shape[0] != 1):
+        return ("mask-shape", f"a {mask.dim()}-D attention mask {tuple(mask.shape)} (outside generate() the tile "
+                              "op takes no mask or an all-ones [1, length] one)")
+    # A user's own loop: check what the op assumes. These read device values (a sync on CUDA; under
+    # torch.compile a graph break), so they run only when a mask or positions are passed outside generate().
+    if mask is not None and not bool((mask == 1).all()):
+        return ("mask-zeros", "an attention mask with zeros (padding; the tile op attends to every cached position)")
+    pos = call.get("position_ids")
+    if pos is not None:
+        length = kv.host_length(cache)
+        if pos.numel() != 1 or int(pos.reshape(-1)[0]) != length:
+            return ("positions", f"position_ids {pos.reshape(-1).tolist()} that differ from the cache length "
+                                 f"{length} (the tile op puts the token at the cache's next slot)")
+    return None

@@ -1,0 +1,583 @@
+"""validate_plan: proves a plan safe to execute, at build time and again at load time.
+
+What a plan must satisfy (format.py gives each op's reads and writes):
+  - header: self-consistent, agrees with the plan's ModelShape and with its own sections;
+  - buffers: aligned, in bounds of scratch_bytes, pairwise disjoint;
+  - tiles: fields valid for their op (weight slots of the right layer, dtypes, sizes, row ranges);
+  - every output element (buffer element, logits row, LM partial slot, KV-cache (layer, head) write) is
+    produced by exactly one tile, and every weight matrix's rows are covered exactly once;
+  - wiring: every read sees the producer the Llama forward pass calls for (e.g. layer l's attention reads
+    layer l's q rows);
+  - counters: each wait's count equals the number of tiles that signal that counter per step;
+  - happens-before (transitive closure of wait edges and per-worker program order) is acyclic, so
+    co-resident workers cannot deadlock, and orders every producer before each of its readers;
+  - every tile descends from EMBED and is an ancestor of ARGMAX, and EMBED waits on the previous step's
+    ARGMAX: so all of step s happens before any of step s+1, which makes reusing buffers (and counting
+    arrivals on monotonic counters) safe across steps.
+Ancestor sets are Python-int bitsets over tiles, computed once in topological order.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from . import format as fmt
+from .format import BUFFER, HEADER, TILE, WAIT, DType, Op
+
+
+class PlanError(ValueError):
+    """A plan that is inconsistent or unsafe; the message names the tile, buffer or header field."""
+
+
+_COL = {name: i for i, (name, _) in enumerate(TILE.fields)}
+MATRIX_SLOTS = ("q", "k", "v", "o", "gate", "up", "down")
+_ROWS = ("row_begin", "row_end", "out_offset")
+_UNUSED = {Op.EMBED: _ROWS + ("aux0", "aux1"), Op.QKV: ("aux0", "aux1"), Op.ATTN: _ROWS,
+           Op.MERGE: _ROWS + ("aux1",), Op.RESID: ("aux0", "aux1"), Op.GATEUP: ("aux0", "aux1"),
+           Op.LMHEAD: ("aux1", "out_offset"), Op.ARGMAX: _ROWS + ("aux1",)}
+
+
+def _who(plan, i: int, worker_of) -> str:
+    w = int(worker_of[i]) if worker_of is not None and 0 <= i < len(worker_of) else -1
+    return f"tile {i} ({plan.tile_name(i)}{f', worker {w}' if w >= 0 else ''})"
+
+
+def validate_plan(plan) -> None:
+    """Raises PlanError naming the first problem found; returns None for a valid plan."""
+    _check_header(plan)
+    _check_buffers(plan)
+    worker_of = _check_workers(plan)
+    _Checker(plan, worker_of).run()
+
+
+def _check_header(plan) -> None:
+    h = plan.header
+    s = plan.shape
+    missing = [f for f, _ in HEADER.fields if f not in h]
+    if missing:
+        raise PlanError(f"plan header lacks fields {missing}")
+
+    def need(field, want, why=""):
+        if h[field] != want:
+            raise PlanError(f"plan header {field} = {h[field]}, expected {want}{why}")
+
+    need("magic", fmt.MAGIC)
+    need("format_version", fmt.FORMAT_VERSION, " (plan made for another plan format)")
+    need("abi_version", fmt.ABI_VERSION, " (plan made for another executor ABI)")
+    need("header_words", HEADER.words)
+    for field, want in (("num_layers", s.num_layers), ("hidden", s.hidden), ("num_heads", s.num_heads),
+                        ("num_kv_heads", s.num_kv_heads), ("head_dim", s.head_dim),
+                        ("intermediate", s.intermediate), ("vocab", s.vocab)):
+        need(field, want, " (from the plan's model shape)")
+    need("eps_bits", fmt.float_bits(s.eps), " (RMSNorm eps of the model shape)")
+    need("config_hash", int(s.config_hash()[:8], 16) & 0x7FFFFFFF, " (hash of the model shape)")
+    need("num_weights", fmt.num_weights(s.num_layers))
+    need("counter_stride", fmt.COUNTER_STRIDE_WORDS)
+    need("state_words", fmt.STATE_HEADER_WORDS + h["num_counters"] * fmt.COUNTER_STRIDE_WORDS)
+    for field in ("num_workers", "num_tiles", "num_counters", "attn_partitions", "attn_granule", "lm_tiles"):
+        if h[field] < 1:
+            raise PlanError(f"plan header {field} = {h[field]}, must be >= 1")
+    if h["num_counters"] > h["num_tiles"]:
+        raise PlanError(f"plan header num_counters {h['num_counters']} exceeds num_tiles {h['num_tiles']}: every "
+                        "counter needs a tile that signals it")
+    if h["num_waits"] < 0 or h["num_buffers"] < 1:
+        raise PlanError(f"plan header num_waits = {h['num_waits']}, num_buffers = {h['num_buffers']}")
+    if not 0 <= h["argmax_counter"] < h["num_counters"]:
+        raise PlanError(f"plan header argmax_counter {h['argmax_counter']} outside 0..{h['num_counters'] - 1}")
+    gpu = plan.gpu
+    for field, want in (("sm_count", gpu.sm_count), ("cc_major", gpu.cc_major), ("cc_minor", gpu.cc_minor)):
+        need(field, want, f" (the plan's GPU target {gpu.name!r})")
+    if h["sm_count"] and h["num_workers"] > h["sm_count"]:
+        raise PlanError(f"plan has {h['num_workers']} workers but its GPU has {h['sm_count']} SMs: workers "
+                        "must all be resident at once (one per SM) or waits could deadlock")
+    # Sections: sizes match the header counts and lie end to end after the header.
+    sections = (("buffers_offset", plan.buffers, (h["num_buffers"], BUFFER.words)),
+                ("tiles_offset", plan.tiles, (h["num_tiles"], TILE.words)),
+                ("waits_offset", plan.waits, (h["num_waits"], WAIT.words)),
+                ("worker_offsets_offset", plan.worker_offsets, (h["num_workers"] + 1,)),
+                ("worker_tiles_offset", plan.worker_tiles, (h["num_tiles"],)),
+                ("weight_shapes_offset", plan.weight_shapes, (h["num_weights"], 2)))
+    off = HEADER.words
+    for field, arr, want_shape in sections:
+        arr = np.asarray(arr)
+        if tuple(arr.shape) != want_shape and not (arr.size == 0 and int(np.prod(want_shape)) == 0):
+            raise PlanError(f"plan section at {field} has shape {tuple(arr.shape)}, header says {want_shape}")
+        need(field, off, " (sections lie end to end)")
+        off += int(np.prod(want_shape))
+    need("total_words", off)
+    from .plan import expected_weight_shapes
+    want = expected_weight_shapes(s)
+    if not np.array_equal(np.asarray(plan.weight_shapes), want):
+        bad = int(np.argwhere((np.asarray(plan.weight_shapes) != want).any(axis=1))[0][0])
+        raise PlanError(f"weight_shapes[{bad}] = {plan.weight_shapes[bad].tolist()}, expected "
+                        f"{want[bad].tolist()} for the model shape")
+
+
+def _check_buffers(plan) -> None:
+    b = np.asarray(plan.buffers, dtype=np.int64)
+    scratch = plan.header["scratch_bytes"]
+    ends = []
+    for i, (off, numel, dtype) in enumerate(b.tolist()):
+        if dtype not in {int(d) for d in DType}:
+            raise PlanError(f"buffer {i}: dtype {dtype} is not a DType")
+        if numel < 1 or off < 0 or off % 256:
+            raise PlanError(f"buffer {i}: offset {off} / numel {numel} invalid (offsets are 256-byte aligned, "
+                            "numel >= 1)")
+        end = off + numel * fmt.DTYPE_BYTES[DType(dtype)]
+        if end > scratch:
+            raise PlanError(f"buffer {i}: bytes [{off}, {end}) exceed scratch_bytes {scratch}")
+        ends.append((off, end, i))
+    ends.sort()
+    for (o0, e0, i0), (o1, e1, i1) in zip(ends, ends[1:]):
+        if o1 < e0:
+            raise PlanError(f"buffers {i0} [{o0}, {e0}) and {i1} [{o1}, {e1}) overlap in scratch")
+
+
+def _check_workers(plan) -> np.ndarray:
+    h = plan.header
+    n, W = h["num_tiles"], h["num_workers"]
+    off = np.asarray(plan.worker_offsets, dtype=np.int64)
+    if off[0] != 0 or off[-1] != n or np.any(np.diff(off) < 0):
+        raise PlanError(f"worker_offsets must rise from 0 to num_tiles {n}; got {off[:4].tolist()}..."
+                        f"{off[-2:].tolist()}")
+    wt = np.asarray(plan.worker_tiles, dtype=np.int64)
+    if wt.size and (wt.min() < 0 or wt.max() >= n):
+        raise PlanError(f"worker_tiles holds tile {int(wt.min() if wt.min() < 0 else wt.max())} outside "
+                        f"0..{n - 1}")
+    seen = np.bincount(wt, minlength=n)
+    if np.any(seen != 1):
+        t = int(np.argmax(seen != 1))
+        raise PlanError(f"tile {t} ({plan.tile_name(t)}) appears {int(seen[t])} times in worker lists, "
+                        "must be exactly once")
+    worker_of = np.empty(n, dtype=np.int64)
+    worker_of[wt] = np.repeat(np.arange(W), np.diff(off))
+    return worker_of
+
+
+class _Checker:
+    """Per-tile checks, output coverage, wiring and happens-before."""
+
+    def __init__(self, plan, worker_of):
+        self.plan = plan
+        self.h = plan.header
+        self.s = plan.shape
+        self.worker_of = worker_of
+        self.T = np.asarray(plan.tiles, dtype=np.int64)
+        self.cols = {name: self.T[:, i].tolist() for name, i in _COL.items()}
+        self.buffers = np.asarray(plan.buffers, dtype=np.int64).tolist()
+        self.L = self.s.num_layers
+        self.P = self.h["attn_partitions"]
+
+    def who(self, i):
+        return _who(self.plan, i, self.worker_of)
+
+    def fail(self, i, msg):
+        raise PlanError(f"{self.who(i)}: {msg}")
+
+    # --- weights ---------------------------------------------------------------------------------
+    def slot(self, w):
+        per = len(fmt.LAYER_SLOTS)
+        if 0 <= w < self.L * per:
+            return w // per, fmt.LAYER_SLOTS[w % per]
+        if 0 <= w - self.L * per < len(fmt.FINAL_SLOTS):
+            return -1, fmt.FINAL_SLOTS[w - self.L * per]
+        return None, None
+
+    def need_weight(self, i, field, allowed, layer):
+        w = self.cols[field][i]
+        wl, name = self.slot(w)
+        if name not in allowed or wl != layer:
+            want = " or ".join(allowed) + (f" of layer {layer}" if layer >= 0 else "")
+            got = "none" if w == -1 else f"{w} ({name} of layer {wl})" if name else f"{w} (out of range)"
+            self.fail(i, f"{field} must be {want}; got {got}")
+        return name
+
+    def need_none(self, i, *fields):
+        for f in fields:
+            if self.cols[f][i] != -1:
+                self.fail(i, f"{f} must be -1 for this op, got {self.cols[f][i]}")
+
+    # --- buffers ---------------------------------------------------------------------------------
+    def need_buf(self, i, field, dtype, numel=None, min_numel=None):
+        b = self.cols[field][i]
+        if not 0 <= b < len(self.buffers):
+            self.fail(i, f"{field} {b} is not a buffer (0..{len(self.buffers) - 1})")
+        _, n, dt = self.buffers[b]
+        if dt != int(dtype):
+            self.fail(i, f"{field} buffer {b} has dtype {DType(dt).name}, op needs {DType(dtype).name}")
+        if numel is not None and n != numel:
+            self.fail(i, f"{field} buffer {b} has {n} elements, op needs exactly {numel}")
+        if min_numel is not None and n < min_numel:
+            self.fail(i, f"{field} buffer {b} has {n} elements, op needs at least {min_numel}")
+        return b
+
+    def run(self):
+        plan, h, s, c = self.plan, self.h, self.s, self.cols
+        n = h["num_tiles"]
+        L, P, G, hd = self.L, self.P, s.group, s.head_dim
+        nq, nkv, H = s.num_heads * hd, s.num_kv_heads * hd, s.hidden
+        part = hd + 2
+        shapes = np.asarray(plan.weight_shapes).tolist()
+        writes = []                    # (tile, buf, lo, hi)
+        reads = []                     # (tile, buf, lo, hi, expected producer kind)
+        kind = [None] * n              # producer kind, e.g. "L3.q", "embed"
+        rows = {}                      # weight -> list of (row_begin, row_end, tile)
+        logits = []                    # (row_begin, row_end, tile)
+        attn_seen = {}
+        embeds, argmaxes = [], []
+        x_kind = ["embed"] + [f"L{l}.down" for l in range(L)]   # producer of the residual entering layer l
+
+        def rowrange(i, w):
+            r0, r1 = c["row_begin"][i], c["row_end"][i]
+            if not 0 <= r0 < r1 <= shapes[w][0]:
+                self.fail(i, f"rows {r0}:{r1} outside weight {w}'s {shapes[w][0]} rows")
+            rows.setdefault(w, []).append((r0, r1, i))
+            return r0, r1
+
+        def need_bytes(i, want):
+            if c["weight_bytes"][i] != want:
+                self.fail(i, f"weight_bytes {c['weight_bytes'][i]}, the tile streams {want} weight bytes "
+                             "(executors may size prefetches by it)")
+
+        def rows_out(i, w):
+            r0, r1 = rowrange(i, w)
+            if c["out_offset"][i] != r0:
+                self.fail(i, f"out_offset {c['out_offset'][i]} != row_begin {r0}: element index must equal the "
+                             "weight row (readers address q/k/v/residual/activation elements by row)")
+            return r0, r1
+
+        wb_col, wc_col = c["wait_begin"], c["wait_count"]
+        nw = h["num_waits"]
+        for i in range(n):
+            op, layer = c["op"][i], c["layer"][i]
+            if not (0 <= wb_col[i] and 0 <= wc_col[i] and wb_col[i] + wc_col[i] <= nw):
+                self.fail(i, f"wait records [{wb_col[i]}, {wb_col[i] + wc_col[i]}) outside 0..{nw}")
+            if not 0 <= c["signal"][i] < h["num_counters"]:
+                self.fail(i, f"signal counter {c['signal'][i]} outside 0..{h['num_counters'] - 1}")
+            if c["weight_bytes"][i] < 0:
+                self.fail(i, f"weight_bytes {c['weight_bytes'][i]} < 0")
+            # Fields an op does not use must hold the builder's neutral values, so no executor can read
+            # meaning into them (and a corrupted one is caught).
+            for f in _UNUSED.get(op, ()):
+                want = 1 if (op == Op.EMBED and f == "row_end") else 0
+                if c[f][i] != want:
+                    self.fail(i, f"{f} = {c[f][i]}, must be {want} for {Op(op).name}")
+            if op in (Op.EMBED, Op.LMHEAD, Op.ARGMAX):
+                if layer != -1:
+                    self.fail(i, f"layer must be -1 for {Op(op).name}, got {layer}")
+            elif op in tuple(Op):
+                if not 0 <= layer < L:
+                    self.fail(i, f"layer {layer} outside 0..{L - 1}")
+            else:
+                self.fail(i, f"op {op} is not an Op")
+            if op == Op.EMBED:
+                self.need_weight(i, "weight", ("embed",), -1)
+                self.need_none(i, "weight2", "norm", "in_buf", "in2_buf", "in3_buf")
+                b = self.need_buf(i, "out_buf", DType.F32, numel=H)
+                writes.append((i, b, 0, H))
+                need_bytes(i, H * 2)
+                kind[i] = "embed"
+                embeds.append(i)
+            elif op == Op.QKV:
+                name = self.need_weight(i, "weight", ("q", "k", "v"), layer)
+                self.need_weight(i, "norm", ("input_norm",), layer)
+                self.need_none(i, "weight2", "in2_buf", "in3_buf")
+                reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, x_kind[layer]))
+                b = self.need_buf(i, "out_buf", DType.BF16, numel=nq if name == "q" else nkv)
+                r0, r1 = rows_out(i, c["weight"][i])
+                writes.append((i, b, r0, r1))
+                need_bytes(i, (r1 - r0) * H * 2)
+                kind[i] = f"L{layer}.{name}"
+            elif op == Op.ATTN:
+                self.need_none(i, "weight", "weight2", "norm")
+                kvh, p = c["aux0"][i], c["aux1"][i]
+                if not (0 <= kvh < s.num_kv_heads and 0 <= p < P):
+                    self.fail(i, f"kv head {kvh} / partition {p} outside {s.num_kv_heads} heads x {P} partitions")
+                key = (layer, kvh, p)
+                if key in attn_seen:
+                    self.fail(i, f"same (layer, kv head, partition) as {self.who(attn_seen[key])}: the KV cache "
+                                 "row would be written twice")
+                attn_seen[key] = i
+                reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=nq), kvh * G * hd, (kvh + 1) * G * hd,
+                              f"L{layer}.q"))
+                reads.append((i, self.need_buf(i, "in2_buf", DType.BF16, numel=nkv), kvh * hd, (kvh + 1) * hd,
+                              f"L{layer}.k"))
+                reads.append((i, self.need_buf(i, "in3_buf", DType.BF16, numel=nkv), kvh * hd, (kvh + 1) * hd,
+                              f"L{layer}.v"))
+                b = self.need_buf(i, "out_buf", DType.F32, numel=s.num_kv_heads * P * G * part)
+                lo = (kvh * P + p) * G * part
+                writes.append((i, b, lo, lo + G * part))
+                kind[i] = f"L{layer}.attn"
+            elif op == Op.MERGE:
+                self.need_none(i, "weight", "weight2", "norm", "in2_buf", "in3_buf")
+                kvh = c["aux0"][i]
+                if not 0 <= kvh < s.num_kv_heads:
+                    self.fail(i, f"kv head {kvh} outside 0..{s.num_kv_heads - 1}")
+                b = self.need_buf(i, "in_buf", DType.F32, numel=s.num_kv_heads * P * G * part)
+                reads.append((i, b, kvh * P * G * part, (kvh + 1) * P * G * part, f"L{layer}.attn"))
+                b = self.need_buf(i, "out_buf", DType.BF16, numel=nq)
+                writes.append((i, b, kvh * G * hd, (kvh + 1) * G * hd))
+                kind[i] = f"L{layer}.merge"
+            elif op == Op.RESID:
+                name = self.need_weight(i, "weight", ("o", "down"), layer)
+                self.need_none(i, "weight2", "norm", "in3_buf")
+                w = c["weight"][i]
+                cols = shapes[w][1]
+                src = f"L{layer}.merge" if name == "o" else f"L{layer}.gateup"
+                reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=cols), 0, cols, src))
+                r0, r1 = rows_out(i, w)
+                res = x_kind[layer] if name == "o" else f"L{layer}.o"
+                reads.append((i, self.need_buf(i, "in2_buf", DType.F32, numel=H), r0, r1, res))
+                writes.append((i, self.need_buf(i, "out_buf", DType.F32, numel=H), r0, r1))
+                need_bytes(i, (r1 - r0) * cols * 2)
+                kind[i] = f"L{layer}.{name}"
+            elif op == Op.GATEUP:
+                self.need_weight(i, "weight", ("gate",), layer)
+                self.need_weight(i, "weight2", ("up",), layer)
+                self.need_weight(i, "norm", ("post_norm",), layer)
+                self.need_none(i, "in2_buf", "in3_buf")
+                reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, f"L{layer}.o"))
+                r0, r1 = rows_out(i, c["weight"][i])
+                rows.setdefault(c["weight2"][i], []).append((r0, r1, i))
+                writes.append((i, self.need_buf(i, "out_buf", DType.BF16, numel=s.intermediate), r0, r1))
+                need_bytes(i, 2 * (r1 - r0) * H * 2)
+                kind[i] = f"L{layer}.gateup"
+            elif op == Op.LMHEAD:
+                self.need_weight(i, "weight", ("lm_head",), -1)
+                self.need_weight(i, "norm", ("final_norm",), -1)
+                self.need_none(i, "weight2", "in2_buf", "in3_buf")
+                reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, x_kind[L]))
+                r0, r1 = rowrange(i, c["weight"][i])
+                need_bytes(i, (r1 - r0) * H * 2)
+                logits.append((r0, r1, i))
+                slot = c["aux0"][i]
+                if not 0 <= slot < h["lm_tiles"]:
+                    self.fail(i, f"LM partial slot {slot} outside 0..{h['lm_tiles'] - 1}")
+                b = self.need_buf(i, "out_buf", DType.F32, numel=2 * h["lm_tiles"])
+                writes.append((i, b, 2 * slot, 2 * slot + 2))
+                kind[i] = "lmhead"
+            elif op == Op.ARGMAX:
+                self.need_none(i, "weight", "weight2", "norm", "in2_buf", "in3_buf", "out_buf")
+                if c["aux0"][i] != h["lm_tiles"]:
+                    self.fail(i, f"reduces {c['aux0'][i]} partials, plan has lm_tiles = {h['lm_tiles']}")
+                b = self.need_buf(i, "in_buf", DType.F32, numel=2 * h["lm_tiles"])
+                reads.append((i, b, 0, 2 * h["lm_tiles"], "lmhead"))
+                kind[i] = "argmax"
+                argmaxes.append(i)
+
+        if len(embeds) != 1 or len(argmaxes) != 1:
+            raise PlanError(f"plan must have exactly one EMBED and one ARGMAX tile; has {len(embeds)} and "
+                            f"{len(argmaxes)}")
+        self.embed, self.argmax = embeds[0], argmaxes[0]
+        if c["signal"][self.argmax] != h["argmax_counter"]:
+            self.fail(self.argmax, f"signals counter {c['signal'][self.argmax]}, header argmax_counter is "
+                                   f"{h['argmax_counter']}")
+        missing = sorted(set((l, k, p) for l in range(L) for k in range(s.num_kv_heads) for p in range(P))
+                         - set(attn_seen))
+        if missing:
+            l, k, p = missing[0]
+            raise PlanError(f"no ATTN tile for layer {l} kv head {k} partition {p} ({len(missing)} missing): "
+                            "its KV-cache rows would never be written or read")
+        self.check_coverage(rows, logits, shapes)
+        owner = self.check_writes(writes, kind)
+        self.check_counters()
+        anc = self.happens_before()
+        self.check_reads(reads, owner, kind, anc)
+        self.check_steps(anc)
+
+    def check_coverage(self, rows, logits, shapes):
+        """Each weight matrix's rows (hence each output row) computed exactly once; logits rows likewise."""
+        L = self.L
+        mats = [fmt.weight_index(l, sl, L) for l in range(L) for sl in MATRIX_SLOTS]
+        mats.append(fmt.weight_index(0, "lm_head", L))
+        for w in mats:
+            self._cover(rows.get(w, []), shapes[w][0], f"weight {w} ({self.slot(w)[1]}"
+                        f"{f' of layer {self.slot(w)[0]}' if self.slot(w)[0] >= 0 else ''}) rows")
+        self._cover(logits, self.s.vocab, "logits rows")
+
+    def _cover(self, ranges, total, what):
+        ranges = sorted(ranges)
+        pos = 0
+        for r0, r1, i in ranges:
+            if r0 < pos:
+                prev = next(j for a, b, j in ranges if a < r1 and r0 < b and j != i)
+                self.fail(i, f"{what} {r0}:{r1} also computed by {self.who(prev)}")
+            if r0 > pos:
+                raise PlanError(f"{what} {pos}:{r0} computed by no tile (of {total})")
+            pos = r1
+        if pos != total:
+            raise PlanError(f"{what} {pos}:{total} computed by no tile (of {total})")
+
+    def check_writes(self, writes, kind):
+        """owner[buf][e] = the one tile writing element e; a buffer's writers are all of one kind."""
+        owner = [np.full(nb, -1, dtype=np.int64) for _, nb, _ in self.buffers]
+        buf_kind = {}
+        for i, b, lo, hi in writes:
+            o = owner[b]
+            if not 0 <= lo < hi <= len(o):
+                self.fail(i, f"writes buffer {b} elements {lo}:{hi}, outside its {len(o)} elements")
+            seg = o[lo:hi]
+            if np.any(seg >= 0):
+                j = int(seg[seg >= 0][0])
+                self.fail(i, f"writes buffer {b} elements {lo}:{hi}, overlapping {self.who(j)}: every element "
+                             "must be produced by exactly one tile")
+            seg[:] = i
+            k = buf_kind.setdefault(b, (kind[i], i))
+            if k[0] != kind[i]:
+                self.fail(i, f"writes buffer {b} as {kind[i]}, but {self.who(k[1])} writes it as {k[0]}")
+        self.buf_name = {b: f"buffer {b} ({k})" for b, (k, _) in buf_kind.items()}
+        return owner
+
+    def check_counters(self):
+        """Wait counts equal arrivals per step; offsets 0 (this step) or -1 (previous step)."""
+        h, c = self.h, self.cols
+        C = h["num_counters"]
+        self.signalers = [[] for _ in range(C)]
+        for i, sig in enumerate(c["signal"]):
+            self.signalers[sig].append(i)
+        waits = np.asarray(self.plan.waits, dtype=np.int64).reshape(-1, WAIT.words).tolist()
+        self.tile_waits = []
+        for i in range(h["num_tiles"]):
+            wb = c["wait_begin"][i]
+            mine = waits[wb:wb + c["wait_count"][i]]
+            for ctr, count, off in mine:
+                if not 0 <= ctr < C:
+                    self.fail(i, f"waits on counter {ctr} outside 0..{C - 1}")
+                if off not in (0, -1):
+                    self.fail(i, f"wait step_offset {off}: only 0 (this step) and -1 (previous step) exist")
+                n = len(self.signalers[ctr])
+                if n == 0:
+                    self.fail(i, f"waits on counter {ctr}, which no tile signals: it would wait forever")
+                if count != n:
+                    self.fail(i, f"waits for {count} arrivals on counter {ctr}, but {n} tiles signal it per step "
+                                 f"(e.g. {self.who(self.signalers[ctr][0])}); "
+                                 + ("it would wait forever" if count > n else
+                                    "it could run before all producers finish"))
+            self.tile_waits.append(mine)
+        e = self.embed
+        ew = self.tile_waits[e]
+        if not any(ctr == h["argmax_counter"] and off == -1 for ctr, _, off in ew):
+            self.fail(e, "EMBED must wait on the previous step's ARGMAX (counter argmax_counter, step_offset -1): "
+                         "the next step's token and buffer reuse depend on it")
+
+    def happens_before(self):
+        """anc[i]: bitset of tiles that finish before tile i starts within a step. Raises on a cycle."""
+        n, C = self.h["num_tiles"], self.h["num_counters"]
+        prev = [-1] * n
+        nxt = [-1] * n
+        off = np.asarray(self.plan.worker_offsets).tolist()
+        wt = np.asarray(self.plan.worker_tiles).tolist()
+        for w in range(self.h["num_workers"]):
+            lst = wt[off[w]:off[w + 1]]
+            for a, b in zip(lst, lst[1:]):
+                prev[b], nxt[a] = a, b
+        waiters = [[] for _ in range(C)]
+        indeg = [0] * n
+        for i, ws in enumerate(self.tile_waits):
+            ctrs = {ctr for ctr, _, o in ws if o == 0}
+            for ctr in ctrs:
+                waiters[ctr].append(i)
+            indeg[i] = len(ctrs) + (prev[i] >= 0)
+            self.tile_waits[i] = ctrs
+        ctr_left = [len(sg) for sg in self.signalers]
+        anc = [0] * n          # ancestors of i, plus i itself
+        ctr_anc = [0] * C
+        ready = deque(i for i in range(n) if indeg[i] == 0)
+        done = 0
+        sig = self.cols["signal"]
+        while ready:
+            i = ready.popleft()
+            done += 1
+            a = 1 << i
+            if prev[i] >= 0:
+                a |= anc[prev[i]]
+            for ctr in self.tile_waits[i]:
+                a |= ctr_anc[ctr]
+            anc[i] = a
+            ctr = sig[i]
+            ctr_anc[ctr] |= a
+            ctr_left[ctr] -= 1
+            if ctr_left[ctr] == 0:
+                for j in waiters[ctr]:
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        ready.append(j)
+            j = nxt[i]
+            if j >= 0:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    ready.append(j)
+        if done != n:
+            self.report_cycle(indeg, prev)
+        return anc
+
+    def report_cycle(self, indeg, prev):
+        """Walk back from a stuck tile along unfinished predecessors until a tile repeats."""
+        stuck = {i for i, d in enumerate(indeg) if d > 0}
+
+        def blocker(i):
+            if prev[i] >= 0 and prev[i] in stuck:
+                return prev[i], "runs after"
+            for ctr in sorted(self.tile_waits[i]):
+                for j in self.signalers[ctr]:
+                    if j in stuck:
+                        return j, f"waits on counter {ctr}, signalled by"
+            raise AssertionError("stuck tile without stuck predecessor")
+
+        i = min(stuck)
+        path, seen = [], {}
+        while i not in seen:
+            seen[i] = len(path)
+            j, why = blocker(i)
+            path.append((i, why, j))
+            i = j
+        cyc = path[seen[i]:]
+        links = [f"{self.who(a)} {why} {self.who(b)}" for a, why, b in cyc]
+        if len(links) > 8:
+            links = links[:4] + [f"... ({len(links) - 8} more) ..."] + links[-4:]
+        raise PlanError(f"{self.who(cyc[0][0])} is on a dependency cycle of {len(cyc)} tiles (co-resident workers "
+                        f"would deadlock): " + "; ".join(links))
+
+    def check_reads(self, reads, owner, kind, anc):
+        cache = {}
+        for i, b, lo, hi, want in reads:
+            key = (b, lo, hi)
+            bn = self.buf_name.get(b, f"buffer {b}")
+            got = cache.get(key)
+            if got is None:
+                seg = owner[b][lo:hi]
+                if hi > len(owner[b]) or lo < 0:
+                    self.fail(i, f"reads {bn} elements {lo}:{hi}, outside its {len(owner[b])} elements")
+                if np.any(seg < 0):
+                    e = lo + int(np.argmax(seg < 0))
+                    self.fail(i, f"reads {bn} element {e}, which no tile produces")
+                prods = np.unique(seg).tolist()
+                mask = 0
+                for p in prods:
+                    mask |= 1 << p
+                got = cache[key] = (mask, prods)
+            mask, prods = got
+            pk = kind[prods[0]]
+            if pk != want:
+                self.fail(i, f"reads {bn} elements {lo}:{hi}, which {self.who(prods[0])} produces as {pk}; "
+                             f"the model needs {want} there")
+            missing = mask & ~anc[i]
+            if missing:
+                p = (missing & -missing).bit_length() - 1
+                self.fail(i, f"reads {bn} elements {lo}:{hi} but its producer {self.who(p)} is not ordered "
+                             "before it (no chain of waits and worker order): a wait is missing")
+
+    def check_steps(self, anc):
+        n = self.h["num_tiles"]
+        full = (1 << n) - 1
+        a = anc[self.argmax]
+        if a != full:
+            i = ((full & ~a) & -(full & ~a)).bit_length() - 1
+            self.fail(i, f"is not ordered before the ARGMAX tile {self.argmax}: the next step could overwrite "
+                         "buffers it still uses")
+        e = self.embed
+        for i in range(n):
+            if not (anc[i] >> e) & 1:
+                self.fail(i, "is not ordered after the EMBED tile: it could run while the previous step still "
+                             "uses its buffers")

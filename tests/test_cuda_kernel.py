@@ -1,0 +1,364 @@
+"""The persistent CUDA kernel of tiles::decode_step (skipped without CUDA).
+
+Parity: teacher-forced against Transformers on the GPU, calibrated for BF16 (op error vs HF fp32 at most 1.5x
+Transformers-BF16's own), on tiny random configs, a SmolLM2-135M-shaped and the Llama-3.2-1B config (random BF16
+weights, full size). Agreement with the CPU reference executor on the same plan and inputs. Bit-identical
+results across repeated runs and between single-token and multi-token launches. opcheck, CUDA-graph capture and
+torch.compile(mode="reduce-overhead"). Errors: an unsatisfiable wait raises a timeout naming worker and tile
+instead of hanging; bad tokens, a full cache and a plan for another GPU raise clear errors.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+if torch.cuda.is_available():
+    import tiles_ext  # noqa: F401
+    from parity_helpers import fp32_twin, rel_err, tiny_config, tiny_model, top1
+    from tiles_ext.errors import check_state
+    from tiles_ext.models import load_config, random_model
+    from tiles_ext.planner import format as fmt
+    from tiles_ext.planner.plan import GpuTarget, build_plan
+    from tiles_ext.runtime import TileRuntime, model_weights, rope_tables
+    from transformers import StaticCache
+
+DEV = "cuda"
+H = {name: i for i, (name, _) in enumerate(fmt.HEADER_FIELDS)} if torch.cuda.is_available() else {}
+
+
+def _workers():
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def _gpu():
+    return GpuTarget.of_device(DEV)
+
+
+class Bound:
+    """A model on the GPU bound to a plan: runtime, weights, RoPE tables."""
+
+    def __init__(self, model, plan, device=DEV):
+        self.model = model
+        self.plan = plan
+        self.rt = TileRuntime(plan, device)
+        self.weights = [w.to(device) for w in model_weights(model)]
+        inv, self.scale = rope_tables(model)
+        self.inv = inv.to(device)
+        self.device = device
+
+    def step(self, cache_k, cache_v, token, position, num_steps=1, eos_ids=()):
+        ids = token if torch.is_tensor(token) else torch.tensor([int(token)], device=self.device)
+        pos = position if torch.is_tensor(position) else torch.tensor([int(position)], device=self.device)
+        return self.rt.step(self.weights, cache_k, cache_v, ids, pos, self.inv, self.scale, num_steps, eos_ids)
+
+
+def prefill(model, ids, max_len):
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+    return cache
+
+
+def kv(cache):
+    return [l.keys for l in cache.layers], [l.values for l in cache.layers]
+
+
+def teacher_forced_gpu(model16, plan, ids, prompt_len, ref32=None):
+    """Logits of the op, Transformers BF16 and Transformers fp32 for ids[prompt_len:] fed one at a time."""
+    ids = ids.view(1, -1).to(DEV)
+    T = ids.shape[1] - prompt_len
+    max_len = ids.shape[1] + 1
+    with torch.no_grad():
+        ref32 = ref32 if ref32 is not None else fp32_twin(model16)
+        ref = ref32(ids).logits[0, prompt_len:].float()
+        del ref32
+        cache = prefill(model16, ids[:, :prompt_len], max_len)
+        hf = torch.stack([model16(ids[:, prompt_len + i:prompt_len + i + 1], past_key_values=cache,
+                                  use_cache=True).logits[0, -1].float() for i in range(T)])
+    cache = prefill(model16, ids[:, :prompt_len], max_len)
+    k, v = kv(cache)
+    b = Bound(model16, plan)
+    op = torch.stack([b.step(k, v, ids[0, prompt_len + i].view(1), prompt_len + i)[0][0] for i in range(T)])
+    check_state(b.rt.state, plan)
+    return {"op": op, "hf": hf, "ref": ref}
+
+
+def report(r):
+    op_err, hf_err = rel_err(r["op"], r["ref"]), rel_err(r["hf"], r["ref"])
+    return {"op_err": op_err, "hf_err": hf_err, "ratio": op_err / hf_err, "op_top1": top1(r["op"], r["ref"]),
+            "hf_top1": top1(r["hf"], r["ref"])}
+
+
+def assert_parity(rep, what):
+    assert torch.isfinite(torch.tensor(rep["op_err"])), f"{what}: op logits not finite"
+    assert rep["op_err"] <= 1.5 * rep["hf_err"], (
+        f"{what}: op relative error {rep['op_err']:.5f} > 1.5 x Transformers-BF16's {rep['hf_err']:.5f}")
+
+
+# (hidden, heads, kv, head_dim, intermediate, layers, tied, llama3, workers); workers None = one per SM
+TINY = [
+    (360, 6, 6, 64, 712, 1, False, False, 7),
+    (264, 6, 2, 64, 456, 2, True, True, None),
+    (392, 8, 2, 128, 1000, 3, False, True, 7),
+    (520, 8, 1, 64, 840, 4, True, False, 13),
+    (200, 2, 2, 128, 328, 2, False, False, 1),
+]
+
+
+def _tid(p):
+    return f"h{p[0]}-q{p[1]}-kv{p[2]}-hd{p[3]}-L{p[5]}-W{p[8] or 'sm'}"
+
+
+def _tiny(params, seed=0):
+    h, nh, nkv, hd, inter, layers, tied, llama3, workers = params
+    cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
+    model = tiny_model(cfg, seed=layers + seed).to(DEV)
+    plan = build_plan(cfg, workers=workers or _workers(), gpu=_gpu())
+    return cfg, model, plan
+
+
+@pytest.mark.parametrize("params", TINY, ids=[_tid(p) for p in TINY])
+def test_tiny_parity_vs_transformers(params):
+    cfg, model, plan = _tiny(params)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, cfg.vocab_size, (6 + 64,), generator=g)
+    rep = report(teacher_forced_gpu(model, plan, ids, 6))
+    print(f"{_tid(params)}: " + ", ".join(f"{k} {v:.4f}" for k, v in rep.items()))
+    assert_parity(rep, _tid(params))
+
+
+@pytest.mark.parametrize("name,steps,prompt", [("smollm2-135m", 64, 16), ("llama-3.2-1b", 64, 16)])
+def test_full_size_parity_vs_transformers(name, steps, prompt):
+    cfg = load_config(name)
+    model = random_model(cfg, device=DEV, seed=3)
+    plan = build_plan(cfg, workers=_workers(), gpu=_gpu())
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, cfg.vocab_size, (prompt + steps,), generator=g)
+    rep = report(teacher_forced_gpu(model, plan, ids, prompt))
+    print(f"{name}: " + ", ".join(f"{k} {v:.5f}" for k, v in rep.items()))
+    assert_parity(rep, name)
+
+
+def _cpu_op_available():
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key("tiles::decode_step", "CPU")
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _cpu_op_available(), reason="CPU reference executor not built")
+@pytest.mark.parametrize("params", TINY[:4], ids=[_tid(p) for p in TINY[:4]])
+def test_cuda_matches_cpu_executor(params):
+    """Same plan, same inputs: the kernel and the CPU reference agree within BF16 accumulation-order noise."""
+    cfg, model, plan = _tiny(params)
+    plan_any = build_plan(cfg, workers=plan.num_workers)  # same tiles, GPU-agnostic header for the CPU
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, cfg.vocab_size, (6 + 16,), generator=g).view(1, -1)
+    cache = prefill(model, ids[:, :6].to(DEV), ids.shape[1] + 1)
+    kg, vg = kv(cache)
+    kc, vc = [t.cpu().clone() for t in kg], [t.cpu().clone() for t in vg]
+    bg = Bound(model, plan)
+    bc = Bound(model, plan_any, device="cpu")
+    og, oc = [], []
+    for i in range(16):
+        tok, pos = int(ids[0, 6 + i]), 6 + i
+        og.append(bg.step(kg, vg, tok, pos)[0][0].cpu())
+        oc.append(bc.step(kc, vc, tok, pos)[0][0])
+    og, oc = torch.stack(og), torch.stack(oc)
+    check_state(bg.rt.state, plan)
+    d = rel_err(og, oc)
+    kd = max(rel_err(a.float(), b.float()) for a, b in zip([t.cpu() for t in kg], kc))
+    # Reference scale of BF16 noise: Transformers-BF16 vs fp32 on the same inputs.
+    with torch.no_grad():
+        ref = fp32_twin(model)(ids.to(DEV)).logits[0, 6:].float().cpu()
+    noise = rel_err(oc, ref)
+    print(f"{_tid(params)}: cuda-vs-cpu {d:.2e}, cache {kd:.2e}, cpu-vs-fp32 {noise:.2e}, "
+          f"top1 agree {top1(og, oc):.3f}")
+    assert torch.isfinite(og).all()
+    assert d <= 0.75 * noise + 1e-4, f"CUDA vs CPU logits differ by {d:.2e} (BF16 noise scale {noise:.2e})"
+    assert kd <= 2e-2
+
+
+def _llama_small_bound(steps_cache=256):
+    params = TINY[1]
+    cfg, model, plan = _tiny(params)
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(0, cfg.vocab_size, (8,), generator=g).view(1, -1).to(DEV)
+    cache = prefill(model, ids, steps_cache)
+    return cfg, model, plan, ids, cache
+
+
+def test_bit_identical_repeats_and_modes():
+    """20 repeated multi-token launches from the same state give identical bits; single-token launches chained
+    by their own tokens reproduce the multi-token launch exactly."""
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    b = Bound(model, plan)
+    tok0, pos0, n = int(ids[0, -1]), ids.shape[1] - 1, 24
+    first_l, first_t = b.step(k, v, tok0, pos0, num_steps=n)
+    for _ in range(20):
+        l, t = b.step(k, v, tok0, pos0, num_steps=n)
+        assert torch.equal(t, first_t)
+        assert torch.equal(l.view(torch.int32), first_l.view(torch.int32))
+    tok, singles, stoks = tok0, [], []
+    for s in range(n):
+        l, t = b.step(k, v, tok, pos0 + s)
+        singles.append(l[0])
+        stoks.append(int(t[0]))
+        tok = int(t[0])
+    check_state(b.rt.state, plan)
+    assert stoks == first_t.tolist()
+    assert torch.equal(torch.stack(singles).view(torch.int32), first_l.view(torch.int32))
+    assert int(b.rt.state[fmt.StateWord.STEPS_DONE]) == 1
+
+
+def test_multi_token_eos_stops_early():
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    b = Bound(model, plan)
+    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
+    _, t = b.step(k, v, tok0, pos0, num_steps=8)
+    epoch = int(b.rt.state[fmt.StateWord.EPOCH])
+    eos = int(t[2])
+    stop = t.tolist().index(eos)  # first occurrence
+    l2, t2 = b.step(k, v, tok0, pos0, num_steps=8, eos_ids=[eos])
+    check_state(b.rt.state, plan)
+    assert t2[: stop + 1].tolist() == t[: stop + 1].tolist()
+    assert (t2[stop + 1:] == -1).all()
+    assert torch.isnan(l2[stop + 1:]).all() and torch.isfinite(l2[: stop + 1]).all()
+    assert int(b.rt.state[fmt.StateWord.STEPS_DONE]) == stop + 1
+    assert int(b.rt.state[fmt.StateWord.EPOCH]) == epoch + stop + 1
+
+
+def test_cuda_graph_capture_matches_eager():
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    tok0, pos0, n = int(ids[0, -1]), ids.shape[1] - 1, 6
+    be = Bound(model, plan)
+    eager = []
+    tok = tok0
+    for s in range(n):
+        _, t = be.step(k, v, tok, pos0 + s)
+        tok = int(t[0])
+        eager.append(tok)
+    bg = Bound(model, plan)
+    sid = torch.tensor([tok0], device=DEV)
+    spos = torch.tensor([pos0], device=DEV)
+    bg.step(k, v, sid, spos)  # warm-up (same position: rewritten identically below)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, t = bg.step(k, v, sid, spos)
+        sid.copy_(t[:1])
+        spos.add_(1)
+    sid.fill_(tok0)
+    spos.fill_(pos0)
+    got = []
+    for _ in range(n):
+        graph.replay()
+        got.append(int(sid[0]))
+    torch.cuda.synchronize()
+    check_state(bg.rt.state, plan)
+    assert got == eager
+
+
+def test_torch_compile_reduce_overhead_matches_eager():
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    tok0, pos0, n = int(ids[0, -1]), ids.shape[1] - 1, 5
+    be = Bound(model, plan)
+    eager, tok = [], tok0
+    for s in range(n):
+        _, t = be.step(k, v, tok, pos0 + s)
+        tok = int(t[0])
+        eager.append(tok)
+    bc = Bound(model, plan)
+
+    def step(ids_t, pos_t):
+        return torch.ops.tiles.decode_step(bc.rt.plan_tensor, bc.rt.header, bc.weights, k, v, bc.rt.scratch,
+                                           bc.rt.state, ids_t, pos_t, bc.inv, bc.scale, 1, [], 0)
+
+    cstep = torch.compile(step, mode="reduce-overhead")
+    sid = torch.tensor([tok0], device=DEV)
+    spos = torch.tensor([pos0], device=DEV)
+    got = []
+    for _ in range(n):
+        _, t = cstep(sid, spos)
+        sid.copy_(t[:1])
+        spos.add_(1)
+        got.append(int(sid[0]))
+    check_state(bc.rt.state, plan)
+    assert got == eager
+
+
+def test_opcheck_cuda():
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    b = Bound(model, plan)
+    args = (b.rt.plan_tensor, b.rt.header, b.weights, k, v, b.rt.scratch, b.rt.state,
+            torch.tensor([int(ids[0, -1])], device=DEV), torch.tensor([ids.shape[1] - 1], device=DEV), b.inv,
+            b.scale, 2, [], 0)
+    torch.library.opcheck(torch.ops.tiles.decode_step.default, args,
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+
+
+def _broken_wait_bound():
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    b = Bound(model, plan)
+    # The first LM-head tile's wait asks for one arrival more than the plan can ever deliver.
+    lm = next(i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == fmt.Op.LMHEAD)
+    wb = plan.tile(lm)["wait_begin"]
+    b.rt.plan_tensor[plan.header["waits_offset"] + wb * fmt.WAIT.words + 1] += 1
+    return b, plan, ids, cache, lm
+
+
+def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch):
+    monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
+    b, plan, ids, cache, lm = _broken_wait_bound()
+    k, v = kv(cache)
+    b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # returns at once; the error surfaces asynchronously
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.*worker \d+.*tile %d" % lm):
+        check_state(b.rt.state, plan)
+    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.* in worker \d+, tile %d \(lmhead" % lm):
+        b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # the next call reports the recorded error
+
+
+def test_sync_check_reports_in_the_failing_call(monkeypatch):
+    monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
+    monkeypatch.setenv("TILES_SYNC_CHECK", "1")
+    b, plan, ids, cache, lm = _broken_wait_bound()
+    k, v = kv(cache)
+    with pytest.raises(RuntimeError, match=r"this launch failed with WAIT_TIMEOUT.* in worker \d+, tile %d" % lm):
+        b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
+
+
+def test_bad_token_and_full_cache(monkeypatch):
+    monkeypatch.setenv("TILES_SYNC_CHECK", "1")
+    cfg, model, plan, ids, cache = _llama_small_bound(steps_cache=16)
+    k, v = kv(cache)
+    b = Bound(model, plan)
+    with pytest.raises(RuntimeError, match="BAD_TOKEN"):
+        b.step(k, v, cfg.vocab_size + 5, ids.shape[1] - 1)
+    b = Bound(model, plan)
+    with pytest.raises(RuntimeError, match="CACHE_FULL"):
+        b.step(k, v, 1, 14, num_steps=4)  # steps 0, 1 fit (positions 14, 15), step 2 does not
+
+
+def test_launch_time_checks():
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    other = build_plan(cfg, workers=7, gpu=GpuTarget("other", 100, 9, 0))
+    b = Bound(model, other)
+    with pytest.raises(RuntimeError, match="100 SMs"):
+        b.step(k, v, 1, 3)
+    b = Bound(model, plan)
+    with pytest.raises(RuntimeError, match="order_seed"):
+        b.rt.step(b.weights, k, v, torch.tensor([1], device=DEV), torch.tensor([3], device=DEV), b.inv, b.scale,
+                  1, [], order_seed=1)
+    with pytest.raises(RuntimeError):
+        b.rt.step(b.weights, k, v, torch.tensor([1]), torch.tensor([3]), b.inv, b.scale)  # CPU ids, CUDA plan

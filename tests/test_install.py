@@ -1,0 +1,172 @@
+"""The install works: the op library registers its kernels, the package names resolve, and the CUDA sources
+compile for sm_90a even on a machine without a GPU (so a syntax error in GPU code fails CI)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tiles_ext
+
+REPO = Path(__file__).resolve().parent.parent
+CUDA_DIR = REPO / "csrc" / "cuda"
+OP = "tiles::decode_step"
+SCHEMA = ("tiles::decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, "
+          "Tensor(b!)[] v_cache, Tensor(c!) scratch, Tensor(d!) state, Tensor input_ids, Tensor position, "
+          "Tensor rope_inv_freq, float rope_scale, int num_steps, int[] eos_ids, int order_seed=0) "
+          "-> (Tensor logits, Tensor tokens)")
+# Same device flags as setup.py's NVCC_COMMON + the default arch (keep the two in step).
+NVCC_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+              "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+              "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+              "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-gencode=arch=compute_90a,code=sm_90a"]
+TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.M)
+
+
+def test_op_registered_with_cpu_and_fake_kernels():
+    assert hasattr(torch.ops.tiles, "decode_step"), "import tiles_ext did not register torch.ops.tiles.decode_step"
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, "CPU"), "no CPU kernel (reference executor)"
+    # register_fake installs a Meta kernel: what torch.compile and FakeTensor tracing call.
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, "Meta"), "no fake kernel (tiles_ext/ops.py)"
+
+
+def test_op_schema_is_the_documented_one():
+    assert str(torch.ops.tiles.decode_step.default._schema) == SCHEMA
+
+
+@pytest.mark.gpu
+def test_cuda_kernel_registered():
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, "CUDA"), (
+        "torch sees CUDA but tiles_ext._C has no CUDA kernel: it was built as a CppExtension "
+        "(rebuild with a CUDA toolkit present: TILES_REBUILD=1 bash scripts/test.sh)")
+
+
+def test_package_names_from_another_directory(tmp_path):
+    """planner/ and integrations/ are installed as tiles_ext.planner / tiles_ext.integrations only: no top-level
+    `planner` that could load the same module twice under two names. Checked from a directory outside the repo."""
+    code = (
+        "import importlib.util as u, tiles_ext, tiles_ext.planner as p, tiles_ext.integrations as i\n"
+        "from tiles_ext.planner import format as f\n"
+        "assert u.find_spec('planner') is None, 'top-level planner importable'\n"
+        "assert u.find_spec('integrations') is None, 'top-level integrations importable'\n"
+        "assert callable(tiles_ext.patch) and callable(tiles_ext.unpatch)\n"
+        "print(p.__file__); print(i.__file__); print(f.__name__); print(tiles_ext.__version__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    planner_file, integrations_file, format_name, version = out.stdout.split()
+    assert Path(planner_file).parent.name == "planner" and Path(integrations_file).parent.name == "integrations"
+    assert format_name == "tiles_ext.planner.format"
+    assert version == tiles_ext.__version__
+
+
+def test_shipped_configs_are_found():
+    from tiles_ext.models import available_configs, config_path
+    assert {"llama-3.2-1b", "smollm2-135m"} <= set(available_configs())
+    assert config_path("llama-3.2-1b").is_file()
+
+
+def test_import_without_compiled_library_says_how_to_build(tmp_path):
+    """A checkout that was never built fails on import with the build command, not an obscure loader error."""
+    # Another package name: the editable install would otherwise find the real _C for any `tiles_ext`.
+    pkg = tmp_path / "tiles_unbuilt"
+    pkg.mkdir()
+    shutil.copy(REPO / "tiles_ext" / "__init__.py", pkg / "__init__.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", "import tiles_unbuilt"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "ImportError" in out.stderr and "pip install --no-build-isolation -e ." in out.stderr, out.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- CUDA sources on a CPU-only machine
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def _cuda_include() -> Path | None:
+    """The toolkit's include folder (nvcc on PATH may be a wrapper script elsewhere)."""
+    from torch.utils.cpp_extension import CUDA_HOME
+    nvcc = _nvcc()
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), CUDA_HOME, "/usr/local/cuda"]
+    if nvcc:
+        candidates.append(str(Path(nvcc).resolve().parent.parent))
+    for home in candidates:
+        if home and (Path(home) / "include" / "cuda_runtime_api.h").is_file():
+            return Path(home) / "include"
+    return None
+
+
+def _kernel_sources() -> list[Path]:
+    return sorted(p for p in CUDA_DIR.glob("*.cu") if not TORCH_INCLUDE.search(p.read_text()))
+
+
+def test_cuda_sources_exist():
+    # The kernel sources must not depend on torch headers (they are compiled standalone below and in CI).
+    cu = sorted(CUDA_DIR.glob("*.cu"))
+    assert cu, "no csrc/cuda/*.cu: the CUDA kernel is missing"
+    with_torch = [p.name for p in cu if TORCH_INCLUDE.search(p.read_text())]
+    assert not with_torch, f"{with_torch} include torch headers: keep torch in the csrc/cuda/*.cpp glue"
+
+
+@pytest.mark.parametrize("source", _kernel_sources(), ids=lambda p: p.name)
+def test_nvcc_compiles_kernel_for_sm90a(source, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA extension build on this machine compiled it already")
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): CUDA sources not compiled")
+    cmd = [nvcc, *NVCC_FLAGS, "-O3", f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
+           "-c", str(source), "-o", str(tmp_path / (source.stem + ".o"))]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
+
+
+def _glue_sources() -> list[Path]:
+    return sorted(CUDA_DIR.glob("*.cpp"))
+
+
+@pytest.mark.parametrize("source", _glue_sources(), ids=lambda p: p.name)
+def test_cuda_glue_syntax(source, tmp_path):
+    """The torch-facing CUDA glue compiles (syntax and types) against torch's headers, which the CPU wheel ships
+    too. The CPU wheel lacks one generated c10 header (a build-config macro); supply it."""
+    if torch.cuda.is_available():
+        pytest.skip("the CUDA extension build on this machine compiled it already")
+    cuda_include = _cuda_include()
+    gxx = shutil.which("g++")
+    if cuda_include is None or gxx is None:
+        pytest.skip("needs a CUDA toolkit's headers (cuda_runtime_api.h) and g++")
+    from torch.utils.cpp_extension import include_paths
+    shim = tmp_path / "shim"
+    (shim / "c10" / "cuda" / "impl").mkdir(parents=True)
+    (shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text(
+        "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    # The standard torch's extension build uses (C++20 from torch 2.10).
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    std = "-std=c++20" if (major, minor) >= (2, 10) else "-std=c++17"
+    cmd = [gxx, std, "-fsyntax-only", "-w", "-DTILES_WITH_CUDA=1", "-DTORCH_API_INCLUDE_EXTENSION_H",
+           "-DTORCH_EXTENSION_NAME=_C", f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
+           *[f"-I{p}" for p in include_paths()], f"-I{shim}", f"-I{cuda_include}", str(source)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # CUDA math libraries (cuBLAS, cuSPARSE, ...) ship apart from a minimal toolkit; only those may be absent.
+    missing = re.findall(r"fatal error: (cu(?:blas|sparse|solver|rand|fft|dnn)\w*\.h): No such file", out.stderr)
+    if out.returncode != 0 and missing:
+        pytest.skip(f"{source.name} needs {missing[0]} (a CUDA math library header this toolkit lacks; "
+                    "include c10/cuda/CUDAStream.h and c10/cuda/CUDAGuard.h instead of ATen/cuda/CUDAContext.h "
+                    "to make the glue checkable here)")
+    assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stderr[-6000:]}"

@@ -1,0 +1,109 @@
+"""tiles_ext.models: the embedded default model, a user's checkpoint, shipped configs, random models."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from tiles_ext.models import (ModelLoadError, available_configs, config_path, load_config, load_model,
+                              random_model)
+
+
+def _tiny_config(**kw) -> LlamaConfig:
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=128)
+    base.update(kw)
+    return LlamaConfig(**base)
+
+
+def test_default_model_is_a_plain_bf16_llama(default_model):
+    model, tokenizer = default_model
+    assert type(model) is LlamaForCausalLM and model.dtype == torch.bfloat16
+    assert getattr(model.config, "quantization_config", None) is None, "GGUF quantization config leaked"
+    cfg = json.loads(config_path("smollm2-135m").read_text())
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "tie_word_embeddings"):
+        assert getattr(model.config, key) == cfg[key], key
+    # Tied embeddings stay tied (one tensor read once per token, as the plan assumes).
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert tokenizer.eos_token_id == model.generation_config.eos_token_id
+
+
+def test_default_model_answers_a_chat_prompt(default_model):
+    """A trained model, correctly dequantized: greedy decoding of a factual question gives the known answer
+    (a wrong q/k permutation or scale in the GGUF conversion gives gibberish instead)."""
+    model, tokenizer = default_model
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                           return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    text = tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in text, text
+
+
+def test_default_model_next_token_is_confident(default_model):
+    """Teacher-forced: on a plain English sentence the model puts most mass on the obvious continuation."""
+    model, tokenizer = default_model
+    ids = tokenizer("The cat sat on the", return_tensors="pt").input_ids
+    with torch.no_grad():
+        probs = model(ids).logits[0, -1].float().softmax(-1)
+    top = tokenizer.decode(probs.argmax().item()).strip()
+    assert top in {"mat", "floor", "couch", "bed", "table", "sofa", "chair", "windows", "window"}, top
+    assert probs.max().item() > 0.1
+
+
+def test_load_model_round_trips_a_saved_checkpoint(tmp_path):
+    config = _tiny_config()
+    torch.manual_seed(1)
+    source = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    source.save_pretrained(tmp_path)
+    model, tokenizer = load_model(tmp_path, device="cpu", dtype=torch.bfloat16)
+    assert tokenizer is None  # none was saved
+    assert model.dtype == torch.bfloat16 and not model.training
+    src_state, state = source.state_dict(), model.state_dict()
+    assert src_state.keys() == state.keys()
+    for k in src_state:
+        assert torch.equal(src_state[k], state[k]), k
+    ids = torch.randint(0, config.vocab_size, (1, 7))
+    with torch.no_grad():
+        assert torch.equal(source(ids).logits, model(ids).logits)
+
+
+def test_load_model_casts_to_the_requested_dtype(tmp_path):
+    LlamaForCausalLM(_tiny_config()).to(torch.bfloat16).save_pretrained(tmp_path)
+    model, _ = load_model(tmp_path, dtype=torch.float32)
+    assert model.dtype == torch.float32
+
+
+def test_load_model_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="no checkpoint at .*never downloads"):
+        load_model(tmp_path / "does-not-exist")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(tmp_path)
+    _tiny_config().save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="no weights"):
+        load_model(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ModelLoadError, match="neither a checkpoint folder nor a .gguf file"):
+        load_model(tmp_path / "notes.txt")
+
+
+def test_shipped_configs():
+    assert {"llama-3.2-1b", "smollm2-135m"} <= set(available_configs())
+    cfg = load_config("llama-3.2-1b")
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_key_value_heads) == (2048, 16, 8)
+    assert load_config("smollm2-135m-config.json").hidden_size == 576
+    with pytest.raises(FileNotFoundError, match="available: .*llama-3.2-1b"):
+        config_path("llama-9")
+
+
+def test_random_model_is_seeded_and_in_dtype():
+    a = random_model(_tiny_config(), seed=3)
+    b = random_model(_tiny_config(), seed=3)
+    c = random_model(_tiny_config(), seed=4)
+    assert a.dtype == torch.bfloat16
+    wa, wb, wc = (m.model.layers[0].mlp.up_proj.weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)

@@ -1,0 +1,98 @@
+"""Tile graph and schedule: any Llama-family config, balanced bytes per stage, LM head over all workers."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiles_ext.planner import build_plan
+from tiles_ext.planner.format import TILE, Op
+from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
+from tiles_ext.planner.summary import stage_stats
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+COL = {f: i for i, (f, _) in enumerate(TILE.fields)}
+
+
+def cfg(name):
+    return json.loads((CONFIGS / name).read_text())
+
+
+def test_transformers_config_gives_the_same_plan():
+    transformers = pytest.importorskip("transformers")
+    d = cfg("smollm2-135m-config.json")
+    a = build_plan(transformers.LlamaConfig(**d), 9)
+    b = build_plan(d, 9)
+    assert a.shape == b.shape and np.array_equal(a.to_blob(), b.to_blob())
+    assert a.shape.rope_type == "default" and a.shape.tied_lm_head
+    assert ModelShape.from_config(transformers.LlamaConfig(**cfg("llama-3.2-1b-config.json"))).rope_type == "llama3"
+
+
+@pytest.mark.parametrize("change,fragment", [
+    (dict(head_dim=96), "head_dim 96"),
+    (dict(model_type="mistral"), "model_type 'mistral'"),
+    (dict(num_key_value_heads=4, num_attention_heads=6), "not a multiple"),
+    (dict(hidden_act="gelu"), "hidden_act"),
+    (dict(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}), "rope_type .yarn."),
+    (dict(attention_bias=True), "bias"),
+])
+def test_unsupported_configs_name_the_field(change, fragment):
+    d = dict(cfg("smollm2-135m-config.json"), **change)
+    with pytest.raises(UnsupportedConfig, match=fragment):
+        build_plan(d, 4)
+
+
+@pytest.mark.parametrize("name,workers", [("llama-3.2-1b-config.json", 132), ("smollm2-135m-config.json", 77),
+                                          ("smollm2-135m-config.json", 132)])
+def test_matrix_stages_balanced_to_one_row(name, workers):
+    """The busiest worker of each matrix stage holds at most ceil(rows / workers) rows' bytes."""
+    plan = build_plan(cfg(name), workers)
+    s = plan.shape
+    rows = {"qkv": ((s.num_heads + 2 * s.num_kv_heads) * s.head_dim, s.hidden * 2),
+            "o": (s.hidden, s.num_heads * s.head_dim * 2), "gateup": (s.intermediate, 2 * s.hidden * 2),
+            "down": (s.hidden, s.intermediate * 2), "lmhead": (s.vocab, s.hidden * 2)}
+    for st in stage_stats(plan):
+        kind = st.name.split(".")[-1]
+        if kind in rows:
+            n, row_bytes = rows[kind]
+            assert st.bytes == n * row_bytes
+            assert st.max_bytes <= math.ceil(n / workers) * row_bytes, st
+
+
+@pytest.mark.parametrize("vocab,workers", [(128256, 132), (49152, 7), (37, 140), (1, 3)])
+def test_lm_head_over_all_workers(vocab, workers):
+    d = dict(cfg("smollm2-135m-config.json"), vocab_size=vocab, num_hidden_layers=1)
+    plan = build_plan(d, workers)
+    lm = [i for i in range(plan.header["num_tiles"]) if plan.tiles[i, COL["op"]] == Op.LMHEAD]
+    assert len(lm) == plan.header["lm_tiles"] == min(vocab, workers)
+    owners = {w for w in range(workers) for i in plan.worker_list(w).tolist() if i in set(lm)}
+    assert len(owners) == len(lm)              # one LM tile per worker
+    argmax = [i for i in range(plan.header["num_tiles"]) if plan.tiles[i, COL["op"]] == Op.ARGMAX]
+    assert len(argmax) == 1 and plan.tiles[argmax[0], COL["aux0"]] == len(lm)
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gqa_ratios_and_attention_partitions(group, head_dim):
+    kv = 2
+    d = dict(model_type="llama", hidden_size=8 * 20, num_attention_heads=kv * group, num_key_value_heads=kv,
+             head_dim=head_dim, intermediate_size=8 * 9, vocab_size=999, num_hidden_layers=2)
+    plan = build_plan(d, 23)
+    P = plan.header["attn_partitions"]
+    assert P == 23 // kv
+    attn = plan.tiles[plan.tiles[:, COL["op"]] == Op.ATTN]
+    got = sorted(zip(attn[:, COL["layer"]].tolist(), attn[:, COL["aux0"]].tolist(), attn[:, COL["aux1"]].tolist()))
+    assert got == [(l, h, p) for l in range(2) for h in range(kv) for p in range(P)]
+    buf = plan.buffers[attn[0, COL["out_buf"]]]
+    assert buf[1] == kv * P * group * (head_dim + 2)
+
+
+def test_waves_policy_waits_on_the_whole_previous_stage():
+    d = cfg("smollm2-135m-config.json")
+    t, w = build_plan(d, 12), build_plan(d, 12, policy="waves")
+    assert np.array_equal(t.tiles[:, COL["row_begin"]], w.tiles[:, COL["row_begin"]])
+    first_attn = int(np.argmax(w.tiles[:, COL["op"]] == Op.ATTN))
+    n_waves = w.tiles[first_attn, COL["wait_count"]]
+    n_tiles = t.tiles[first_attn, COL["wait_count"]]
+    assert n_waves == d["num_key_value_heads"] and n_tiles == 1   # all qkv groups vs only its own

