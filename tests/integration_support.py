@@ -6,6 +6,10 @@ import copy
 
 import torch
 
+from tiles_ext.integrations.version import cache_field
+
+CACHE = cache_field()  # the cache keyword of forward/generate in this Transformers version
+
 # Unpatched BF16 PyTorch and the tile op round differently (the op keeps the residual stream and logits in fp32),
 # so both are judged against the same model in fp32: max |diff| / max |logit|. Measured on SmolLM2-135M over 12
 # steps: op 0.007-0.016, unpatched BF16 0.008-0.052.
@@ -74,3 +78,11 @@ def assert_logits_near_fp32(f32_model, bf16_model, sequences, prompt_len, rows, 
     if op_err:
         mean_op, mean_bf = sum(op_err) / len(op_err), sum(bf_err) / len(bf_err)
         assert mean_op <= 1.5 * mean_bf + 0.005, f"{note}: op error {mean_op:.4f} vs unpatched bf16 {mean_bf:.4f}"
+
+
+def steps_executed(model) -> int:
+    """Decode steps the op has really executed for this patched model (its state's EPOCH word; unaffected by
+    torch.compile tracing, which dispatches the op to its fake kernel)."""
+    from tiles_ext.integrations import patch_state
+    from tiles_ext.planner.format import StateWord
+    return int(patch_state(model).decoder.runtime.state[int(StateWord.EPOCH)])

@@ -115,7 +115,9 @@ def _result():
 def test_markdown_table_and_file_names():
     res = _result()
     md = report.markdown(res)
-    assert "4.20 TB/s" in md and "| tiles" not in md.lower().split("system")[0]
+    assert "4.20 TB/s" in md
+    summary = next(x for x in md.splitlines() if x.startswith("| SmolLM2-135M, prompt 32 |"))
+    assert "1.000 (50%)" in summary and "skipped" in summary  # median (% of floor); llama.cpp not run
     line = next(x for x in md.splitlines() if x.startswith("| Tiles op alone"))
     assert "**1.000**" in line and "0.900 - 1.100 (3)" in line
     skipped = next(x for x in md.splitlines() if x.startswith("| llama.cpp"))
@@ -137,7 +139,7 @@ def test_readme_block_is_added_then_replaced_in_place(tmp_path):
     res["rows"][0]["ms_per_token"]["median"] = 7.5
     assert report.update_readme(readme, res, figs, md)
     text2 = readme.read_text()
-    assert text2.count(report.README_START) == 1 and "**7.500**" in text2 and "**1.000**" not in text2
+    assert text2.count(report.README_START) == 1 and "7.500 (50%)" in text2 and "1.000 (50%)" not in text2
     assert text2.split(report.README_START)[0] == text.split(report.README_START)[0]
     assert text2.split(report.README_END)[1] == text.split(report.README_END)[1]
     bare = tmp_path / "BARE.md"
@@ -193,3 +195,27 @@ def test_llamacpp_row_is_skipped_with_a_reason_when_no_build_exists(tmp_path, mo
     assert r[32]["status"] == "skipped" and "sdist" in r[32]["reason"] and "64 MiB" in r[32]["reason"]
     monkeypatch.setenv("TILES_LLAMA_BENCH", str(tmp_path / "nope"))
     assert llamacpp.find_llama_bench() == (None, f"TILES_LLAMA_BENCH={tmp_path / 'nope'} is not a file")
+
+
+def test_figures_and_from_json_rerender_with_readme(tmp_path):
+    from tiles_ext.bench import __main__ as cli
+    from tiles_ext.bench import figures
+    res = _result()
+    res["sweep"] = [{"system": s, "context": c, "status": "ok", "ms_per_token": v * (1 + c / 4096),
+                     "floor_ms": 0.5 * (1 + c / 8192)}
+                    for s, v in (("tiles-op-multi", 0.6), ("graph-step", 1.5)) for c in (32, 1024, 16384)]
+    res["sweep"].append({"system": "graph-step", "context": 65536, "status": "failed", "reason": "oom"})
+    figs = figures.write_all(res, tmp_path, "b")
+    assert set(figs) == {"ms/token per system and workload", "ms/token against context length"}
+    for p in figs.values():
+        assert p.read_bytes()[:4] == b"\x89PNG"
+    paths = report.write(res, tmp_path / "results", figs)
+    readme = tmp_path / "README.md"
+    readme.write_text("# Tiles\n\n## Results\n\n## Install\n")
+    assert cli.main(["--from-json", str(paths["json"]), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "results/bench-20261130-0000-abc1234-nvidia-h200-context.png" in text
+    assert "| Tiles op xN |" in text and "1.000 (50%)" in text  # the summary matrix
+    md = (tmp_path / "results" / "bench-20261130-0000-abc1234-nvidia-h200.md").read_text()
+    assert "| 16384 | " in md and "| 65536 | " in md  # the sweep table (a failed point does not break it)
+    assert (tmp_path / "results" / "bench-20261130-0000-abc1234-nvidia-h200-bars.png").is_file()

@@ -12,7 +12,7 @@ import torch
 from transformers import (DynamicCache, LogitsProcessor, LogitsProcessorList, StaticCache, StoppingCriteria,
                           StoppingCriteriaList, TextIteratorStreamer, TextStreamer)
 
-from integration_support import assert_greedy_match, assert_logits_near_fp32, count_op_calls, patched_copy
+from integration_support import CACHE, assert_greedy_match, assert_logits_near_fp32, count_op_calls, patched_copy
 from tiles_ext.integrations import CacheFullError, TilesFallbackWarning
 
 pytestmark = pytest.mark.slow
@@ -82,14 +82,13 @@ def test_every_decode_step_runs_the_op_once(prompt, greedy_tiles):
 def test_generate_without_arguments_and_repeated_calls(patched, prompt, greedy_tiles):
     full = greedy_tiles[0].sequences
     p = prompt["input_ids"].shape[1]
-    for n in (4, 7):  # several calls on one model; a shorter call after a longer one reuses nothing stale
-        with count_op_calls() as ops:
-            out = patched.generate(**prompt, max_new_tokens=n)
-        assert torch.equal(out, full[:, :p + n]), n
-        assert ops["calls"] == n - 1
-    out = patched.generate(**prompt, max_new_tokens=5, cache_implementation="static")
-    assert torch.equal(out, full[:, :p + 5])
-    out = patched.generate(prompt["input_ids"], max_length=p + 3)  # max_length, no attention mask
+    # Several calls on one model, a shorter one after a longer one: plain generate(**inputs), then
+    # cache_implementation="static" with max_length instead of max_new_tokens and no attention mask.
+    with count_op_calls() as ops:
+        out = patched.generate(**prompt, max_new_tokens=4)
+    assert torch.equal(out, full[:, :p + 4])
+    assert ops["calls"] == 3
+    out = patched.generate(prompt["input_ids"], max_length=p + 3, cache_implementation="static")
     assert torch.equal(out, full[:, :p + 3])
 
 
@@ -97,40 +96,44 @@ def test_eos_ids_and_stopping_criteria(patched, prompt, greedy_tiles):
     full = greedy_tiles[0].sequences
     p = prompt["input_ids"].shape[1]
     gen = full[0, p:].tolist()
-    # One or several EOS ids: generation stops right after the first one produced (the unpatched rule).
-    for eos in ([gen[3]], [12345, gen[5], 999]):
-        stop = next(i for i, t in enumerate(gen) if t in eos)
-        out = patched.generate(**prompt, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=0)
-        assert torch.equal(out, full[:, :p + stop + 1]), eos
+    # Several EOS ids: generation stops right after the first one produced (the unpatched rule).
+    eos = [12345, gen[4], 999]
+    stop = next(i for i, t in enumerate(gen) if t in eos)
+    out = patched.generate(**prompt, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=0)
+    assert torch.equal(out, full[:, :p + stop + 1])
 
     class StopAtLength(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):
-            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= p + 4, dtype=torch.bool)
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= p + 3, dtype=torch.bool)
 
-    out = patched.generate(**prompt, max_new_tokens=NEW, stopping_criteria=StoppingCriteriaList([StopAtLength()]))
-    assert torch.equal(out, full[:, :p + 4])
+    # A user stopping criterion together with a single EOS id that comes later.
+    out = patched.generate(**prompt, max_new_tokens=NEW, eos_token_id=gen[6], pad_token_id=0,
+                           stopping_criteria=StoppingCriteriaList([StopAtLength()]))
+    assert torch.equal(out, full[:, :p + min(3, gen.index(gen[6]) + 1)])
 
 
 def test_sampling(ref_model, f32_model, patched, prompt):
-    # Sampling stays generate's own: its warpers process the op's logits and torch.multinomial draws. With the same
-    # seed the first token (from the shared PyTorch prefill) is identical; later draws see BF16-close logits.
-    kw = dict(do_sample=True, temperature=0.7, top_k=40, top_p=0.9, max_new_tokens=8,
+    # Sampling stays generate's own: its warpers process the op's logits, torch.multinomial draws. (Token-for-token
+    # equality with the unpatched model is not expected: BF16-close logits can flip a draw.) Checked: every decode
+    # step went through the op, the warpers were applied to the op's logits, the draws respect them, and the
+    # logits are as close to the fp32 model as the unpatched BF16 model's are.
+    kw = dict(do_sample=True, temperature=0.7, top_k=40, top_p=0.9, max_new_tokens=6,
               return_dict_in_generate=True, output_logits=True, output_scores=True)
-    torch.manual_seed(1234)
-    ref = ref_model.generate(**prompt, **kw)
     torch.manual_seed(1234)
     with count_op_calls() as ops:
         got = patched.generate(**prompt, **kw)
     p = prompt["input_ids"].shape[1]
     steps = got.sequences.shape[1] - p
     assert ops["calls"] == steps - 1
-    assert got.sequences[0, p] == ref.sequences[0, p]
     for i in range(steps):
         kept = torch.isfinite(got.scores[i])
         assert 1 <= int(kept.sum()) <= 40, f"step {i}: top_k not applied"
         assert torch.allclose(got.scores[i][kept], got.logits[i][kept] / 0.7), f"step {i}: temperature not applied"
         assert int(got.sequences[0, p + i]) in kept.nonzero()[:, 1].tolist(), f"step {i}: sampled a filtered token"
     assert_logits_near_fp32(f32_model, ref_model, got.sequences, p, got.logits, "sampling")
+    torch.manual_seed(1234)
+    again = patched.generate(**prompt, **kw)
+    assert torch.equal(again.sequences, got.sequences)  # same seed, same draws: the op is deterministic
 
 
 def test_repetition_penalty_and_custom_processor(ref_model, patched, prompt):
@@ -141,18 +144,18 @@ def test_repetition_penalty_and_custom_processor(ref_model, patched, prompt):
             seen.append(scores.dtype)
             return scores
 
-    kw = dict(max_new_tokens=8, do_sample=False, repetition_penalty=1.3, no_repeat_ngram_size=2)
+    kw = dict(max_new_tokens=6, do_sample=False, repetition_penalty=1.3, no_repeat_ngram_size=2)
     ref = ref_model.generate(**prompt, **kw)
     got = patched.generate(**prompt, **kw, logits_processor=LogitsProcessorList([Record()]))
-    assert len(seen) == 8 and all(d == torch.float32 for d in seen)
+    assert len(seen) == 6 and all(d == torch.float32 for d in seen)
     assert_greedy_match(ref_model, prompt["input_ids"], ref, got, "repetition_penalty")
 
 
 def test_streamers(patched, tok, prompt, greedy_tiles):
     p = prompt["input_ids"].shape[1]
-    want = tok.decode(greedy_tiles[0].sequences[0, p:p + 6], skip_special_tokens=True)
+    want = tok.decode(greedy_tiles[0].sequences[0, p:p + 4], skip_special_tokens=True)
     streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
-    t = threading.Thread(target=patched.generate, kwargs=dict(**prompt, max_new_tokens=6, streamer=streamer))
+    t = threading.Thread(target=patched.generate, kwargs=dict(**prompt, max_new_tokens=4, streamer=streamer))
     t.start()
     text = "".join(streamer)
     t.join()
@@ -164,15 +167,15 @@ def test_streamers(patched, tok, prompt, greedy_tiles):
         def on_finalized_text(self, text, stream_end=False):
             printed.append(text)
 
-    patched.generate(**prompt, max_new_tokens=6, streamer=Capture(tok, skip_prompt=True, skip_special_tokens=True))
+    patched.generate(**prompt, max_new_tokens=4, streamer=Capture(tok, skip_prompt=True, skip_special_tokens=True))
     assert "".join(printed) == want
 
 
 def test_chat_template(ref_model, patched, tok):
     msgs = [{"role": "user", "content": "Name a color."}]
     inputs = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    ref = ref_model.generate(**inputs, max_new_tokens=8, do_sample=False)
-    got = patched.generate(**inputs, max_new_tokens=8, do_sample=False)
+    ref = ref_model.generate(**inputs, max_new_tokens=4, do_sample=False)
+    got = patched.generate(**inputs, max_new_tokens=4, do_sample=False)
     assert_greedy_match(ref_model, inputs["input_ids"], ref, got, "chat template")
 
 
@@ -182,21 +185,21 @@ def test_user_loop_with_static_cache(ref_model, patched, prompt, greedy_tiles):
     p = ids.shape[1]
     cache = StaticCache(config=patched.config, max_cache_len=p + 6)
     with torch.no_grad():
-        out = patched(ids, past_key_values=cache)
+        out = patched(ids, **{CACHE: cache})
         token = out.logits[:, -1].argmax(-1, keepdim=True)
         tokens = [token]
         with count_op_calls() as ops:
             for _ in range(5):
-                out = patched(token, past_key_values=cache)
+                out = patched(token, **{CACHE: cache})
                 token = out.logits[:, -1].argmax(-1, keepdim=True)
                 tokens.append(token)
         assert ops["calls"] == 5
         assert int(cache.get_seq_length()) == p + 5
         assert torch.equal(torch.cat([ids] + tokens, -1), full[:, :p + 6])
         # One more step fits (the cache holds p + 5 of p + 6); the next would overflow and raises first.
-        out = patched(token, past_key_values=cache)
+        out = patched(token, **{CACHE: cache})
         with pytest.raises(CacheFullError, match="max_cache_len"):
-            patched(out.logits[:, -1].argmax(-1, keepdim=True), past_key_values=cache)
+            patched(out.logits[:, -1].argmax(-1, keepdim=True), **{CACHE: cache})
         assert int(cache.get_seq_length()) == p + 6
 
 
@@ -204,7 +207,7 @@ def test_user_static_cache_in_generate(patched, prompt, greedy_tiles):
     p = prompt["input_ids"].shape[1]
     cache = StaticCache(config=patched.config, max_cache_len=64)
     with count_op_calls() as ops:
-        out = patched.generate(**prompt, max_new_tokens=6, past_key_values=cache)
+        out = patched.generate(**prompt, max_new_tokens=6, **{CACHE: cache})
     assert ops["calls"] == 5
     assert torch.equal(out, greedy_tiles[0].sequences[:, :p + 6])
 
@@ -213,34 +216,27 @@ def test_dynamic_cache_falls_back_with_one_warning(ref_model, patched, prompt, g
     p = prompt["input_ids"].shape[1]
     with pytest.warns(TilesFallbackWarning, match="DynamicCache"):
         with count_op_calls() as ops:
-            out = patched.generate(**prompt, max_new_tokens=4, past_key_values=DynamicCache(config=patched.config))
+            out = patched.generate(**prompt, max_new_tokens=3, **{CACHE: DynamicCache(config=patched.config)})
     assert ops["calls"] == 0
-    assert torch.equal(out, greedy_ref.sequences[:, :p + 4])  # PyTorch both ways: identical
+    assert torch.equal(out, greedy_ref.sequences[:, :p + 3])  # PyTorch both ways: identical
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error", TilesFallbackWarning)  # once per model
-        patched.generate(**prompt, max_new_tokens=2, past_key_values=DynamicCache(config=patched.config))
+        patched.generate(**prompt, max_new_tokens=1, **{CACHE: DynamicCache(config=patched.config)})
 
 
-@pytest.mark.parametrize("case", ["batch2_left_padding", "beams", "hidden_states"])
-def test_unserved_calls_fall_back_to_the_unpatched_answer(ref_model, tok, case):
-    model = patched_copy(ref_model)
-    if case == "batch2_left_padding":
-        tok.padding_side = "left"
-        inputs = tok(["Hello there", "The capital of France is"], return_tensors="pt", padding=True)
-        kw = dict(max_new_tokens=4, do_sample=False)
-    elif case == "beams":
-        inputs = tok("The capital of France is", return_tensors="pt")
-        kw = dict(max_new_tokens=4, num_beams=2, do_sample=False)
-    else:
-        inputs = tok("The capital of France is", return_tensors="pt")
-        kw = dict(max_new_tokens=3, do_sample=False, return_dict_in_generate=True, output_hidden_states=True)
-    ref = ref_model.generate(**inputs, **kw)
-    with pytest.warns(TilesFallbackWarning):
+def test_batch_with_left_padding_falls_back_to_the_unpatched_answer(ref_model, tok, patched):
+    # More fallbacks (beams, hidden states, padding in batch 1, user DynamicCache loops) on a tiny model:
+    # tests/test_integration_patch.py.
+    side = tok.padding_side
+    tok.padding_side = "left"
+    try:
+        inputs = tok(["Hi", "The capital of France is"], return_tensors="pt", padding=True)
+    finally:
+        tok.padding_side = side
+    ref = ref_model.generate(**inputs, max_new_tokens=2, do_sample=False)
+    with pytest.warns(TilesFallbackWarning, match="batch size 2"):
         with count_op_calls() as ops:
-            got = model.generate(**inputs, **kw)
+            got = patched.generate(**inputs, max_new_tokens=2, do_sample=False)
     assert ops["calls"] == 0
-    if case == "hidden_states":
-        assert torch.equal(got.sequences, ref.sequences) and len(got.hidden_states) == len(ref.hidden_states)
-    else:
-        assert torch.equal(got, ref)
+    assert torch.equal(got, ref)

@@ -45,14 +45,13 @@ def test_default_model_answers_a_chat_prompt(default_model):
 
 
 def test_default_model_next_token_is_confident(default_model):
-    """Teacher-forced: on a plain English sentence the model puts most mass on the obvious continuation."""
+    """Teacher-forced, no chat template: the model puts most of its mass on the obvious continuation."""
     model, tokenizer = default_model
-    ids = tokenizer("The cat sat on the", return_tensors="pt").input_ids
+    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.no_grad():
         probs = model(ids).logits[0, -1].float().softmax(-1)
-    top = tokenizer.decode(probs.argmax().item()).strip()
-    assert top in {"mat", "floor", "couch", "bed", "table", "sofa", "chair", "windows", "window"}, top
-    assert probs.max().item() > 0.1
+    assert tokenizer.decode(probs.argmax().item()).strip() == "Paris"
+    assert probs.max().item() > 0.5  # 0.77 measured; an off-by-a-bit conversion spreads it out
 
 
 def test_load_model_round_trips_a_saved_checkpoint(tmp_path):
@@ -69,7 +68,8 @@ def test_load_model_round_trips_a_saved_checkpoint(tmp_path):
         assert torch.equal(src_state[k], state[k]), k
     ids = torch.randint(0, config.vocab_size, (1, 7))
     with torch.no_grad():
-        assert torch.equal(source(ids).logits, model(ids).logits)
+        # Same weights; the attention implementation may differ (eager vs sdpa): BF16 rounding only.
+        torch.testing.assert_close(model(ids).logits, source(ids).logits, atol=1e-2, rtol=1.6e-2)
 
 
 def test_load_model_casts_to_the_requested_dtype(tmp_path):

@@ -14,7 +14,9 @@ from tiles_ext.planner import build_plan
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
         "movable metal type, oil-based inks and a wooden press adapted from wine making. Within a few decades "
         "printing shops had spread across Europe, books became cheaper, and ideas travelled faster than ever "
-        "before, changing science, religion and politics.")
+        "before, changing science, religion and politics. Printers "
+        "standardised spelling, publishers learned to market pamphlets to merchants and students, and governments "
+        "soon tried to license presses in order to control what could be said in public.")
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "The three primary colors are"]
 GEN = 32

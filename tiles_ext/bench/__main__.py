@@ -41,6 +41,9 @@ def parse(argv=None):
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--gpu", action="store_true", help="the full run on a CUDA GPU (README results)")
     mode.add_argument("--quick", action="store_true", help="CPU smoke run on the embedded SmolLM2")
+    mode.add_argument("--from-json", type=Path, metavar="JSON",
+                      help="re-render the markdown and figures of a results JSON (e.g. one brought back from the "
+                           "GPU machine into docs/results/) and update README.md from it")
     mode.add_argument("--tiles-child", metavar="SPEC", help=argparse.SUPPRESS)
     ap.add_argument("--context-sweep", action="store_true", help="add ms/token against context length")
     ap.add_argument("--out", type=Path, help="output folder (default: docs/results for --gpu)")
@@ -58,6 +61,9 @@ def parse(argv=None):
                                                    "(default 330 GPU, 150 quick)")
     ap.add_argument("--child-timeout-s", type=float, help="limit for the Tiles child process")
     ap.add_argument("--cpu-workers", type=int, default=8, help="plan workers for the CPU executor")
+    ap.add_argument("--commit", default=os.environ.get("TILES_BENCH_COMMIT"),
+                    help="commit to name the results with (default: git rev-parse --short HEAD, else 'unknown'; "
+                         "also $TILES_BENCH_COMMIT, for copies of the tree without .git)")
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md's results block")
     ap.add_argument("--readme", type=Path, default=REPO / "README.md")
     return ap.parse_args(argv)
@@ -217,7 +223,9 @@ def run_tiles_child(s, bw: float, budget: Budget) -> tuple[list, list, str | Non
 # --------------------------------------------------------------------------- baselines (this process)
 
 
-def baseline_rows(s, model_name: str, bw: float, device, budget: Budget, sweep: list) -> list:
+def baseline_rows(s, bw: float, device, budget: Budget, sweep: list) -> list:
+    """All baseline rows, phase by phase across the models (eager; CUDA-graph step; generate + compile;
+    llama.cpp; the sweep), so that what the budget cuts is the least needed, never a whole model."""
     from . import baselines as B
     from . import llamacpp
     from .workloads import build_model, make_prompt
@@ -225,60 +233,69 @@ def baseline_rows(s, model_name: str, bw: float, device, budget: Budget, sweep: 
     want = [sy for sy in BASELINES if sy in s["systems"]]
     if not want:
         return out
-    model, tok, used = build_model(model_name, device, s["weights"])
-    wls = workloads_of(s, model_name, used)
-    floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
-    prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
+    models = {}
+    for name in s["models"]:
+        model, tok, used = build_model(name, device, s["weights"])
+        wls = workloads_of(s, name, used)
+        models[name] = (model, wls, {w.name: floor_info(w, bw)["floor_ms"] for w in wls},
+                        {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls})
 
-    def guarded(system, w, fn, *args, **kw):
-        r = R.new_row(system, w)
-        if budget.left() < 15:
-            R.skip(r, budget.reason())
-        else:
-            t0 = time.monotonic()
-            R.run_guarded(r, fn, model, w, prompts[w.name], floors[w.name], s["reps"], device, *args, **kw)
-            log(f"{system} {w.name}: {r['status']} "
-                f"{(r['ms_per_token'] or {}).get('median', float('nan')):.3f} ms/token ({time.monotonic() - t0:.0f} s)")
-        out.append(r)
+    def guarded(system, fn, *args, min_left=15, after_model=None):
+        if system not in want:
+            return
+        for name, (model, wls, floors, prompts) in models.items():
+            for w in wls:
+                r = R.new_row(system, w)
+                if budget.left() < min_left:
+                    R.skip(r, budget.reason())
+                else:
+                    t0 = time.monotonic()
+                    R.run_guarded(r, fn, model, w, prompts[w.name], floors[w.name], s["reps"], device, *args)
+                    med = (r["ms_per_token"] or {}).get("median", float("nan"))
+                    log(f"{system} {w.name}: {r['status']} {med:.3f} ms/token ({time.monotonic() - t0:.0f} s)")
+                out.append(r)
+            if after_model:
+                after_model(name, model)
+            if device.type == "cuda":
+                B.drop_compiled(model)
+                torch._dynamo.reset()  # free this system's graphs before the next one's memory is measured
+                torch.cuda.empty_cache()
 
-    for w in wls:
-        if "hf-eager" in want:
-            guarded("hf-eager", w, B.eager_generate, s["eager_tokens"])
-    for w in wls:
-        if "hf-static-compile" in want:
-            guarded("hf-static-compile", w, B.static_compile_generate)
-    B.drop_compiled(model)
-    if device.type == "cuda":
-        torch._dynamo.reset()  # free generate's graphs before the next system's memory is measured
-    for w in wls:
-        if "graph-step" in want:
-            guarded("graph-step", w, B.graph_step)
-    if s["sweep"] and "graph-step" in want and model_name == sweep_model(s) and device.type == "cuda":
-        if budget.left() < 30:
-            sweep += [{"system": "graph-step", "context": c, "status": "skipped", "reason": budget.reason()}
-                      for c in s["sweep_contexts"]]
-        else:
-            shape = shape_of(model_name)
-            sweep += B.graph_sweep(model, s["sweep_contexts"], s["sweep_tokens"], s["reps"], device,
-                                   lambda c: floor_ms(shape, c, bw))
+    def graph_sweep(name, model):
+        # right after the model's graph-step rows: the step is compiled with dynamic shapes by then (two cache
+        # sizes seen), so every context reuses that compile instead of paying a new one
+        if not (s["sweep"] and name == sweep_model(s) and device.type == "cuda"):
+            return
+        if budget.left() < 45:
+            sweep.extend({"system": "graph-step", "context": c, "status": "skipped", "reason": budget.reason()}
+                         for c in s["sweep_contexts"])
+            return
+        shape = shape_of(name)
+        sweep.extend(B.graph_sweep(model, s["sweep_contexts"], s["sweep_tokens"], s["reps"], device,
+                                   lambda c: floor_ms(shape, c, bw)))
+
+    guarded("hf-eager", B.eager_generate, s["eager_tokens"], min_left=10)
+    guarded("graph-step", B.graph_step, min_left=25, after_model=graph_sweep)
+    guarded("hf-static-compile", B.static_compile_generate, min_left=40)
     if "llama.cpp" in want:
-        lrows = {w.prompt_len: R.new_row("llama.cpp", w) for w in wls}
-        if budget.left() < 40:
-            for r in lrows.values():
-                R.skip(r, budget.reason())
-        else:
-            try:
-                llamacpp.llamacpp_rows(lrows, model, wls, floors, s["reps"], device)
-            except Exception as e:
+        for model, wls, floors, _ in models.values():
+            lrows = {w.prompt_len: R.new_row("llama.cpp", w) for w in wls}
+            if budget.left() < 30:
+                for r in lrows.values():
+                    R.skip(r, budget.reason())
+            else:
+                try:
+                    llamacpp.llamacpp_rows(lrows, model, wls, floors, s["reps"], device)
+                except Exception as e:
+                    for r in lrows.values():
+                        if r["status"] == "pending":
+                            R.fail(r, e)
                 for r in lrows.values():
                     if r["status"] == "pending":
-                        R.fail(r, e)
-            for r in lrows.values():
-                if r["status"] == "pending":
-                    R.fail(r, RuntimeError("no result"))
-                log(f"llama.cpp {r['workload']}: {r['status']} {r.get('reason') or ''}")
-        out += list(lrows.values())
-    del model
+                        R.fail(r, RuntimeError("no result"))
+                    log(f"llama.cpp {r['workload']}: {r['status']} {r.get('reason') or ''}")
+            out += list(lrows.values())
+    models.clear()
     if device.type == "cuda":
         torch._dynamo.reset()
         torch.cuda.empty_cache()
@@ -298,6 +315,8 @@ def main(argv=None) -> int:
     a = parse(argv)
     if a.tiles_child:
         return tiles_child(a.tiles_child)
+    if a.from_json:
+        return from_json(a)
     s = settings(a)
     budget = Budget(s["budget_s"])
     device = torch.device(s["device"])
@@ -305,7 +324,7 @@ def main(argv=None) -> int:
 
     from . import figures, report
     from .bandwidth import measure_read_bandwidth
-    meta = {**report.now_meta(), "commit": report.git_commit(REPO), "device_name": device_name(device),
+    meta = {**report.now_meta(), "commit": a.commit or report.git_commit(REPO), "device_name": device_name(device),
             "torch": torch.__version__, "transformers": transformers.__version__, "mode": s["mode"],
             "python": platform.python_version(), "settings": {k: v for k, v in s.items()}}
     log(f"{s['mode']} run on {meta['device_name']}: models {s['models']}, prompts {s['prompts']}, "
@@ -322,10 +341,7 @@ def main(argv=None) -> int:
         sweep += tsweep
     else:
         why = None
-    for m in s["models"]:
-        if budget.left() < 20:
-            log(f"skipping baselines of {m}: {budget.reason()}")
-        all_rows += baseline_rows(s, m, bw, device, budget, sweep) if budget.left() >= 20 else []
+    all_rows += baseline_rows(s, bw, device, budget, sweep)
 
     # Workload table (weights as actually used, read back from the rows), missing rows filled with reasons.
     for m in s["models"]:
@@ -363,6 +379,24 @@ def main(argv=None) -> int:
         if report.update_readme(a.readme, result, figs, paths["markdown"]):
             log(f"updated the results block of {a.readme}")
     print(report.markdown(result))
+    return 0
+
+
+def from_json(a) -> int:
+    from . import figures, report
+    if not a.from_json.is_file():
+        raise SystemExit(f"error: no results file {a.from_json}")
+    result = json.loads(a.from_json.read_text())
+    for key in ("meta", "bandwidth", "workloads", "rows"):
+        if key not in result:
+            raise SystemExit(f"error: {a.from_json} is not a benchmark results file (no {key!r})")
+    out_dir = Path(a.out or a.from_json.parent)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figs = figures.write_all(result, out_dir, report.base_name(result["meta"]))
+    paths = report.write(result, out_dir, figs)
+    log(f"wrote {paths['json']}, {paths['markdown']}, " + ", ".join(str(p) for p in figs.values()))
+    if not a.no_readme and report.update_readme(a.readme, result, figs, paths["markdown"]):
+        log(f"updated the results block of {a.readme}")
     return 0
 
 

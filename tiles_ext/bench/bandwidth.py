@@ -23,8 +23,8 @@ def measure_read_bandwidth(device: torch.device, gib: float | None = None, reps:
     x = torch.ones(numel, dtype=torch.bfloat16, device=device)
     nbytes = x.numel() * x.element_size()
     readers = {
-        "torch.sum(bf16, fp32 accumulate)": lambda: torch.sum(x, dtype=torch.float32),
-        "torch.amax(bf16)": lambda: torch.amax(x),
+        "torch.sum(bf16, fp32 accumulate)": lambda x=x: torch.sum(x, dtype=torch.float32),
+        "torch.amax(bf16)": lambda x=x: torch.amax(x),
     }
     results = {}
     timer = DeviceTimer(device)
@@ -40,7 +40,7 @@ def measure_read_bandwidth(device: torch.device, gib: float | None = None, reps:
         med = statistics.median(times)
         results[name] = {"median_ms": med, "min_ms": min(times),
                          "bytes_per_s": nbytes / (med / 1e3)}
-    del x
+    del x, readers
     if cuda:
         torch.cuda.empty_cache()
     best = max(results, key=lambda k: results[k]["bytes_per_s"])

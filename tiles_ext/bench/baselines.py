@@ -71,15 +71,16 @@ def _decode_step(model, cache, ids, pos, kw: str):
 _COMPILED = {}
 
 
-def compiled_step(backend: str = "inductor"):
+def compiled_step(backend: str = "inductor", fullgraph: bool = True):
     """One torch.compile of _decode_step, shared across rows and models: dynamo caches graphs on the code object,
     guarded on the model and the shapes, so the same model and cache shape reuse a compiled graph, and a second
     cache shape recompiles once with dynamic shapes that later shapes (the context sweep) reuse."""
-    if backend not in _COMPILED:
+    key = (backend, fullgraph)
+    if key not in _COMPILED:
         # 2 models x (static + dynamic) graphs, with room to spare: past the limit dynamo would silently run eager
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        _COMPILED[backend] = torch.compile(_decode_step, fullgraph=True, backend=backend)
-    return _COMPILED[backend]
+        _COMPILED[key] = torch.compile(_decode_step, fullgraph=fullgraph, backend=backend)
+    return _COMPILED[key]
 
 
 def set_cache_length(cache, n: int) -> None:
@@ -100,7 +101,8 @@ class GraphDecoder:
         self.kw = cache_kwarg(model)
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        # no_grad, not inference_mode: the cache's tensors (made here) are updated in place later, outside it
+        with torch.no_grad():
             out = model(input_ids=input_ids, use_cache=True, **{self.kw: self.cache})
         # context: pretend this many positions are cached (sweep: content is irrelevant to timing)
         self.start = int(context if context is not None else input_ids.shape[1])
@@ -111,24 +113,35 @@ class GraphDecoder:
         self.pos = torch.full((1, 1), self.start, dtype=torch.long, device=self.device)
         sync(self.device)
         self.prefill_s = time.perf_counter() - t0
-        step = compiled_step(backend)
         t0 = time.perf_counter()
-        s = torch.cuda.Stream(self.device)
-        s.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(s), torch.inference_mode():
-            for _ in range(3):  # compile (first use) and warm-up, off the default stream as capture requires
-                self.reset()
-                step(model, self.cache, self.ids, self.pos, self.kw)
-        torch.cuda.current_stream(self.device).wait_stream(s)
-        sync(self.device)
+        self.fullgraph = True
+        try:
+            step = self._warm(compiled_step(backend, True))
+        except Exception as e:  # a graph break this Transformers version has: capture what compiles
+            print(f"[bench] fullgraph compile of the decode step failed ({type(e).__name__}: {str(e)[:200]}); "
+                  "retrying with graph breaks allowed", flush=True)
+            self.fullgraph = False
+            step = self._warm(compiled_step(backend, False))
         self.compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.reset()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(self.graph):
+        with torch.no_grad(), torch.cuda.graph(self.graph):
             step(model, self.cache, self.ids, self.pos, self.kw)
         sync(self.device)
         self.capture_s = time.perf_counter() - t0
+
+    def _warm(self, step):
+        """Compile (first use) and warm up, off the default stream as capture requires."""
+        s = torch.cuda.Stream(self.device)
+        s.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(s), torch.no_grad():
+            for _ in range(3):
+                self.reset()
+                step(self.model, self.cache, self.ids, self.pos, self.kw)
+        torch.cuda.current_stream(self.device).wait_stream(s)
+        sync(self.device)
+        return step
 
     def reset(self):
         self.ids.copy_(self.first)
@@ -173,7 +186,8 @@ def graph_step(row, model, w, input_ids, floor_ms, reps, device):
         finally:
             row["one_time_s"].update(compile_and_warmup=d.compile_s, capture=d.capture_s)
             d.close()
-    row["notes"].append(f"{w.new_tokens - 1} replays per repetition, one decode step each")
+    row["notes"].append(f"{w.new_tokens - 1} replays per repetition, one decode step each"
+                        + ("" if d.fullgraph else "; compiled with graph breaks (fullgraph failed)"))
     rows.finish(row, ms, floor_ms)
 
 

@@ -1,10 +1,10 @@
 """Timing model.generate(): decode ms/token = (time of N new tokens - time of 1 new token) / (N - 1).
 
 Generating one token is prefill plus generate's setup, so the difference is N-1 decode steps with everything
-generate does around them (stopping checks, cache bookkeeping). Greedy, and EOS ignored (eos_token_id=None, so
-no stopping criterion but the length) so every run generates exactly N tokens. EOS is ignored rather than
-suppressed with min_new_tokens: that would add a logits processor to every system's loop, and it pushes a
-patched model off its multi-token path.
+generate does around them (stopping checks, cache bookkeeping). Greedy, and EOS ignored so every run generates
+exactly N tokens: eos_token_id=[] (an empty list; None would be refilled from the model's generation config)
+leaves an EOS criterion that never fires. EOS is ignored rather than suppressed with min_new_tokens: that adds a
+logits processor to every system's loop, and it pushes a patched model off its multi-token path.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def generation_config(model, new_tokens: int, **overrides):
     if gc.pad_token_id is None:
         eos = gc.eos_token_id if gc.eos_token_id is not None else model.config.eos_token_id
         gc.pad_token_id = (eos[0] if isinstance(eos, (list, tuple)) else eos) if eos is not None else 0
-    gc.eos_token_id = None
+    gc.eos_token_id = []
     for k, v in overrides.items():
         setattr(gc, k, v)
     return gc
@@ -48,22 +48,24 @@ def generate(model, input_ids: torch.Tensor, new_tokens: int, **overrides) -> to
 def time_generate(model, input_ids, new_tokens: int, reps: int, warmup: int, device, desc: str,
                   **overrides) -> dict:
     """{'ms_per_token': [per rep], 'prefill_ms': median time of generate(1), 'warmup_s': [...], 'tokens': last
-    output ids}."""
+    output ids}. Each repetition times generate(1) and generate(N) back to back and takes the difference, so a
+    drift in the machine's speed hits both terms alike."""
     if new_tokens < 2:
         raise ValueError("need at least 2 new tokens to time decode steps")
     warm = []
     out = None
     for _ in tqdm(range(warmup), desc=f"{desc} warm-up", leave=False):
         warm.append(wall_s(lambda: generate(model, input_ids, new_tokens, **overrides), device))
-    totals = []
+    generate(model, input_ids, 1, **overrides)  # the 1-token call has its own first-call costs
+
+    def run():
+        nonlocal out
+        out = generate(model, input_ids, new_tokens, **overrides)
+    per_token, prefill = [], []
     for _ in tqdm(range(reps), desc=desc, leave=False):
-        def run():
-            nonlocal out
-            out = generate(model, input_ids, new_tokens, **overrides)
-        totals.append(wall_s(run, device))
-    # the warm-up above already ran this prefill; the median shrugs off a slower first 1-token call
-    prefill = statistics.median(
-        wall_s(lambda: generate(model, input_ids, 1, **overrides), device) for _ in range(reps // 2 + 2))
-    per_token = [(t - prefill) / (new_tokens - 1) * 1e3 for t in totals]
-    return {"ms_per_token": per_token, "prefill_ms": prefill * 1e3, "warmup_s": warm,
+        t1 = wall_s(lambda: generate(model, input_ids, 1, **overrides), device)
+        tn = wall_s(run, device)
+        prefill.append(t1)
+        per_token.append((tn - t1) / (new_tokens - 1) * 1e3)
+    return {"ms_per_token": per_token, "prefill_ms": statistics.median(prefill) * 1e3, "warmup_s": warm,
             "tokens": out[0, input_ids.shape[1]:].tolist()}

@@ -71,7 +71,27 @@ def _system_order(r):
     return keys.index(r["system"]) if r["system"] in keys else len(keys)
 
 
-def markdown(result: dict, figures: dict | None = None, headline_only: bool = False) -> str:
+def summary_table(result: dict) -> list[str]:
+    """One line per workload, one column per system: median ms/token (% of floor), '-' where not ok."""
+    systems = [s for s in SYSTEMS if any(r["system"] == s for r in result["rows"])]
+    lines = ["| workload | floor | " + " | ".join(SYSTEMS[s][1] for s in systems) + " |",
+             "|" + "---|" * (len(systems) + 2)]
+    for w in result["workloads"]:
+        cells = []
+        for s in systems:
+            r = next((r for r in result["rows"] if r["system"] == s and r["workload"] == w["name"]), None)
+            if r is None or r["status"] != "ok":
+                cells.append("-" if r is None else r["status"])
+            else:
+                pct = f" ({r['pct_of_floor']:.0f}%)" if r["pct_of_floor"] is not None else ""
+                cells.append(f"{r['ms_per_token']['median']:.3f}{pct}")
+        lines.append(f"| {w['label']} | {w['floor']['floor_ms']:.3f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(result: dict, figures: dict | None = None, compact: bool = False) -> str:
+    """The results as markdown: a summary matrix, then (unless compact) one detailed table per workload and the
+    context sweep; figure links last."""
     m = result["meta"]
     bw = result["bandwidth"]
     lines = [f"Measured {m['date']} on {m['device_name']} (commit {m['commit']}, torch {m['torch']}, "
@@ -80,8 +100,9 @@ def markdown(result: dict, figures: dict | None = None, headline_only: bool = Fa
              "",
              f"Read bandwidth measured in the same run: **{_bw(bw['bytes_per_s'])}** ({bw['method']} over "
              f"{bw['bytes'] / 1e9:.2f} GB). Floor = (weight bytes + KV bytes read per token) / that bandwidth; "
-             "% of floor = floor / measured.", ""]
-    for w in result["workloads"]:
+             "% of floor = floor / measured.", "",
+             "ms/token, median (% of the floor):", ""] + summary_table(result) + [""]
+    for w in ([] if compact else result["workloads"]):
         wr = sorted((r for r in result["rows"] if r["workload"] == w["name"]), key=_system_order)
         if not wr:
             continue
@@ -90,11 +111,11 @@ def markdown(result: dict, figures: dict | None = None, headline_only: bool = Fa
                   "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(row_cells(r)) + " |" for r in wr]
         lines.append("")
-    if result.get("sweep"):
-        lines += ["Context sweep (ms/token, best of the repetitions):", "",
-                  "| context | " + " | ".join(sorted({p['system'] for p in result['sweep']})) + " | floor |",
-                  ]
-        systems = sorted({p["system"] for p in result["sweep"]})
+    if result.get("sweep") and not compact:
+        systems = [s for s in SYSTEMS if any(p["system"] == s for p in result["sweep"])]
+        label = result.get("sweep_model_label", "")
+        lines += [f"Context sweep{' (' + label + ')' if label else ''}, ms/token, best of the repetitions:", "",
+                  "| context | " + " | ".join(SYSTEMS[s][1] for s in systems) + " | floor |"]
         lines.append("|" + "---|" * (len(systems) + 2))
         for c in sorted({p["context"] for p in result["sweep"]}):
             cells, floor = [], None
@@ -132,8 +153,9 @@ def update_readme(readme: Path, result: dict, figures: dict, results_md: Path) -
     text = readme.read_text()
     rel = lambda p: os.path.relpath(p, readme.parent).replace(os.sep, "/")  # noqa: E731
     block = "\n".join([README_START, "",
-                       markdown(result, {k: rel(v) for k, v in figures.items()}),
-                       f"Full results: [{rel(results_md)}]({rel(results_md)}) (JSON beside it).", "",
+                       markdown(result, {k: rel(v) for k, v in figures.items()}, compact=True),
+                       f"Every row with min/max, tokens/s, peak memory, one-time costs and notes: "
+                       f"[{rel(results_md)}]({rel(results_md)}) (JSON beside it).", "",
                        README_END])
     if README_START in text and README_END in text:
         a = text.index(README_START)

@@ -44,6 +44,7 @@ class OpDecoder:
         self.ids = torch.full((1,), 17, dtype=torch.long, device=device)
         self.pos = torch.zeros((1,), dtype=torch.long, device=device)
 
+    @torch.no_grad()
     def launch(self, num_steps: int):
         _, toks = self.runtime.step(self.weights, self.k, self.v, self.ids, self.pos, self.inv_freq,
                                     self.rope_scale, num_steps=num_steps)
@@ -91,7 +92,8 @@ def op_rows(row_single, row_multi, model, w, floor_ms, reps, device, cpu_workers
         row_single["one_time_s"]["plan"] = row_multi["one_time_s"]["plan"] = d.plan_s
         per = min(d.max_steps, tokens)
         ms = d.time_tokens(w.prompt_len, tokens, per, reps, f"tiles op x{per} {w.name}")
-    row_multi["notes"].append(f"{-(-tokens // per)} launches of up to {per} tokens per repetition")
+    n = -(-tokens // per)
+    row_multi["notes"].append(f"{n} launch{'es' if n > 1 else ''} of up to {per} tokens per repetition")
     rows.finish(row_multi, ms, floor_ms)
     try:
         n1 = min(tokens, single_tokens or tokens)

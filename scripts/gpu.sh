@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One GPU session in one command (< 10 minutes): GPU info, build (CUDA extension, sm_90a), the GPU tests, the
+# benchmark (python -m tiles_ext.bench --gpu, which writes docs/results/ and README.md's results block).
+# Each phase runs even if an earlier one failed (where it can); the exit status is non-zero if any failed, and a
+# summary table ends the log. Logs and results are copied to $OUT when it is set (the device tool returns it).
+#
+# Knobs: TILES_GPU_TEST_TIMEOUT (s, default 200), TILES_BENCH_BUDGET (s, default: what is left of
+# TILES_TOTAL_BUDGET=540 s after the earlier phases, at least 120), TILES_PYTEST_ARGS (extra pytest args).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PYTHONUNBUFFERED=1
+T_START=$(date +%s)
+OUTDIR="${OUT:-build/gpu-run}"
+mkdir -p "$OUTDIR" build
+LOG="$OUTDIR/gpu.log"
+exec > >(tee "$LOG") 2>&1
+TEE_PID=$!
+touch build/.gpu-run-start
+
+PHASES=(); RCS=(); SECS=(); NOTES=()
+phase() {  # phase NAME COMMAND...: runs it, records exit status and seconds
+    local name=$1; shift
+    echo; echo "=================== $name ($(date -u +%H:%M:%S) UTC, +$(( $(date +%s) - T_START )) s) ==================="
+    local t0; t0=$(date +%s)
+    "$@"; local rc=$?
+    PHASES+=("$name"); RCS+=("$rc"); SECS+=("$(( $(date +%s) - t0 ))")
+    [ "$rc" = 0 ] || echo "[gpu] phase '$name' FAILED (exit $rc)"
+    return 0
+}
+skip_phase() { PHASES+=("$1"); RCS+=("skip"); SECS+=(0); echo "[gpu] phase '$1' skipped: $2"; }
+
+gpu_info() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv || true
+    command -v nvcc >/dev/null && nvcc --version | tail -2
+    python3 - <<'EOF'
+import platform, torch
+print(f"python {platform.python_version()}  torch {torch.__version__}  CUDA {torch.version.cuda}")
+try:
+    import transformers
+    print(f"transformers {transformers.__version__}")
+except ImportError as e:
+    print(f"transformers missing: {e}")
+assert torch.cuda.is_available(), "torch sees no CUDA device"
+p = torch.cuda.get_device_properties(0)
+print(f"GPU 0: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
+      f"L2 {getattr(p, 'L2_cache_size', 0) / 2**20:.0f} MiB")
+EOF
+}
+
+build() {
+    # setup.sh: on a CUDA machine it installs nothing, only builds (pip install --no-build-isolation --no-deps -e .)
+    source scripts/setup.sh || return 1
+    [ "$TILES_GPU" = 1 ] || { echo "[gpu] torch sees no CUDA device"; return 1; }
+    (cd / && "$PY" -c "import torch, tiles_ext; assert torch._C._dispatch_has_kernel_for_dispatch_key(
+        'tiles::decode_step', 'CUDA'), 'tiles_ext._C has no CUDA kernel'; print('[gpu] tiles_ext loads, CUDA kernel registered')")
+}
+
+gpu_tests() {
+    # -k also matches marker names, so this selects tests named *cuda*/*gpu* and tests marked gpu.
+    # shellcheck disable=SC2086
+    timeout -k 10 "${TILES_GPU_TEST_TIMEOUT:-200}" "$PY" -P -m pytest tests -q -rs --durations=15 \
+        -k "cuda or gpu" --junitxml="$OUTDIR/gpu-tests.xml" ${TILES_PYTEST_ARGS:-}
+}
+
+bench() {
+    local left=$(( ${TILES_TOTAL_BUDGET:-540} - ($(date +%s) - T_START) ))
+    local budget=${TILES_BENCH_BUDGET:-$(( left > 120 ? left : 120 ))}
+    echo "[gpu] bench budget ${budget} s"
+    timeout -k 10 $(( budget + 60 )) "$PY" -P -m tiles_ext.bench --gpu --budget-s "$budget"
+}
+
+# ---------------------------------------------------------------------------------------------------------------
+if ! python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+    echo "[gpu] this machine's python3 has no CUDA torch: scripts/gpu.sh is for the GPU machine (use scripts/test.sh)"
+    exit 1
+fi
+phase "gpu info" gpu_info
+phase "build" build
+BUILD_RC=${RCS[-1]}
+if [ "$BUILD_RC" = 0 ]; then
+    phase "gpu tests" gpu_tests
+    if "$PY" -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('tiles_ext.bench') else 1)" 2>/dev/null; then
+        phase "bench" bench
+    else
+        skip_phase "bench" "tiles_ext.bench not found"
+    fi
+else
+    skip_phase "gpu tests" "build failed"
+    skip_phase "bench" "build failed"
+fi
+
+# Results and logs back through $OUT (the device tool returns at most 8 files, 2 folders deep).
+cp build/build.log "$OUTDIR/build.log" 2>/dev/null
+RESULTS=$(find docs/results -type f -newer build/.gpu-run-start 2>/dev/null | sort)
+if [ -n "$RESULTS" ]; then
+    mkdir -p "$OUTDIR/results"
+    echo "$RESULTS" | head -5 | while read -r f; do cp "$f" "$OUTDIR/results/"; done
+    echo "[gpu] new results: $(echo "$RESULTS" | tr '\n' ' ')"
+fi
+
+echo; echo "=================== summary (total $(( $(date +%s) - T_START )) s) ==================="
+printf "%-12s %-8s %6s\n" phase status seconds
+FAILED=0
+for i in "${!PHASES[@]}"; do
+    st=${RCS[$i]}
+    case "$st" in 0) s=ok ;; skip) s=skipped ;; *) s="FAIL($st)"; FAILED=1 ;; esac
+    printf "%-12s %-8s %6s\n" "${PHASES[$i]}" "$s" "${SECS[$i]}"
+done
+grep -h '\[tiles\] extension build took' build/build.log 2>/dev/null | tail -1 | sed 's/^\s*/build: /'
+# Let tee finish writing the log before the tool collects $OUT.
+exec 1>&- 2>&-
+wait "$TEE_PID" 2>/dev/null
+exit $FAILED
