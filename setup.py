@@ -15,7 +15,7 @@ import re
 import sys
 import time
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 import torch
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
@@ -62,7 +62,8 @@ _USE_CUDA = (torch.version.cuda is not None and CUDA_HOME is not None
 
 def _extension():
     debug = os.environ.get("TILES_DEBUG") == "1"
-    opt = ["-O0", "-g"] if debug else ["-O3"]
+    # -g0: Python's own CFLAGS carry -g, which slows the build and bloats the library for nothing here.
+    opt = ["-O0", "-g"] if debug else ["-O3", "-g0"]
     use_cuda = _USE_CUDA
     sources = _rel("csrc/*.cpp") + _rel("csrc/cpu/*.cpp")
     if use_cuda:
@@ -74,7 +75,7 @@ def _extension():
     cxx = list(opt)
     if use_cuda:
         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0a"
-        nvcc = opt + (["-G"] if debug else []) + NVCC_COMMON + _gencode_flags(arch_list)
+        nvcc = (["-O0", "-g", "-G"] if debug else ["-O3"]) + NVCC_COMMON + _gencode_flags(arch_list)
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
@@ -91,9 +92,8 @@ class TimedBuildExt(BuildExtension):
 
     def finalize_options(self):
         super().finalize_options()
-        # A fixed build folder (pip's editable build would use a fresh temp dir): ninja then recompiles only the
-        # sources that changed since the last build.
-        # One folder per torch build and kind, so a CPU and a CUDA build never share objects.
+        # A fixed build folder (pip's editable build would use a fresh temp dir), so ninja recompiles only the
+        # sources that changed; one per torch build and kind, so CPU and CUDA builds never share objects.
         tag = f"{'cuda' if _USE_CUDA else 'cpu'}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
         self.build_temp = os.path.join(ROOT, "build", tag)
 
@@ -110,7 +110,10 @@ setup(
     python_requires=">=3.10",
     # planner/ and integrations/ live at the repo root but are only importable as tiles_ext.planner /
     # tiles_ext.integrations; configs/ ships as data inside tiles_ext.configs.
-    packages=["tiles_ext", "tiles_ext.planner", "tiles_ext.integrations", "tiles_ext.configs"],
+    packages=(["tiles_ext", "tiles_ext.planner", "tiles_ext.integrations", "tiles_ext.configs"]
+              + [f"tiles_ext.{p}" for p in find_packages(os.path.join(ROOT, "tiles_ext"))]
+              + [f"tiles_ext.planner.{p}" for p in find_packages(os.path.join(ROOT, "planner"))]
+              + [f"tiles_ext.integrations.{p}" for p in find_packages(os.path.join(ROOT, "integrations"))]),
     package_dir={"tiles_ext": "tiles_ext", "tiles_ext.planner": "planner",
                  "tiles_ext.integrations": "integrations", "tiles_ext.configs": "configs"},
     package_data={"tiles_ext.configs": ["*.json"]},

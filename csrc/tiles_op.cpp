@@ -15,7 +15,8 @@ TORCH_LIBRARY(tiles, m) {
 // library loads (no pybind11 bindings, so the op is reachable only through torch.ops, which torch.compile sees).
 extern "C" {
 PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
+                                         nullptr, nullptr, nullptr, nullptr};
   return PyModule_Create(&module_def);
 }
 }

@@ -28,7 +28,8 @@ class TileDecoder:
         for t in (self.runtime.plan_tensor, self.runtime.scratch, self.runtime.state):
             _static(t)
         s = plan.shape
-        self.num_layers, self.num_kv_heads, self.head_dim, self.vocab = s.num_layers, s.num_kv_heads, s.head_dim, s.vocab
+        self.num_layers, self.num_kv_heads, self.head_dim = s.num_layers, s.num_kv_heads, s.head_dim
+        self.vocab = s.vocab
 
     def cache_problem(self, cache) -> str | None:
         """Why this decoder cannot decode into `cache` (None: it can); "" while the cache is unallocated."""

@@ -5,7 +5,7 @@
 # summary table ends the log. Logs and results are copied to $OUT when it is set (the device tool returns it).
 #
 # Knobs: TILES_GPU_TEST_TIMEOUT (s, default 200), TILES_BENCH_BUDGET (s, default: what is left of
-# TILES_TOTAL_BUDGET=540 s after the earlier phases, at least 120), TILES_PYTEST_ARGS (extra pytest args).
+# TILES_TOTAL_BUDGET=500 s after the earlier phases, at least 120), TILES_PYTEST_ARGS (extra pytest args).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1
@@ -63,10 +63,10 @@ gpu_tests() {
 }
 
 bench() {
-    local left=$(( ${TILES_TOTAL_BUDGET:-540} - ($(date +%s) - T_START) ))
+    local left=$(( ${TILES_TOTAL_BUDGET:-500} - ($(date +%s) - T_START) ))
     local budget=${TILES_BENCH_BUDGET:-$(( left > 120 ? left : 120 ))}
     echo "[gpu] bench budget ${budget} s"
-    timeout -k 10 $(( budget + 60 )) "$PY" -P -m tiles_ext.bench --gpu --budget-s "$budget"
+    timeout -k 10 $(( budget + 45 )) "$PY" -P -m tiles_ext.bench --gpu --budget-s "$budget"
 }
 
 # ---------------------------------------------------------------------------------------------------------------

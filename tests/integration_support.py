@@ -19,6 +19,15 @@ LOGITS_REL_TOL = 0.05
 TIE_GAP = 0.3
 
 
+def tiny_config(**over):
+    """A small Llama config the planner accepts (head_dim 64, GQA 2:1): patch tests run in seconds."""
+    from transformers import LlamaConfig
+    kw = dict(hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+              num_hidden_layers=2, vocab_size=512, max_position_embeddings=512, tie_word_embeddings=False)
+    kw.update(over)
+    return LlamaConfig(**kw)
+
+
 def patched_copy(model, **options):
     import tiles_ext
     options.setdefault("plan_cache_dir", False)

@@ -170,6 +170,7 @@ def test_gguf_export_round_trips_through_the_gguf_reader(tmp_path):
     assert len(t) == 1 + 2 * 9 + 1 + 1  # embed, 9 per layer, final norm, llama3 rope factors
     assert list(t["blk.1.ffn_down.weight"].shape) == [256, 128]  # ggml order: columns first
     assert t["blk.0.attn_q.weight"].tensor_type.name == "BF16" and t["rope_freqs.weight"].tensor_type.name == "F32"
+    assert t["blk.0.attn_norm.weight"].tensor_type.name == "F32"  # 1-D tensors in F32, as llama.cpp's converter
 
     def as_bf16(x, shape):
         return torch.from_numpy(np.array(x.data).view(np.int16).copy()).view(torch.bfloat16).reshape(shape)

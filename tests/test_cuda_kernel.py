@@ -234,6 +234,50 @@ def test_multi_token_eos_stops_early():
     assert int(b.rt.state[fmt.StateWord.EPOCH]) == epoch + stop + 1
 
 
+# Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights), everything.
+OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127)
+
+
+@pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300)], ids=["W-sm", "W7", "W7-ctx300"])
+def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
+    """Every TILES_KERNEL_OPT bit (decode_kernel.h kOpt*) changes when data moves, never what is computed.
+    ctx 300 with 2 attention partitions: partitions of 160 positions, two K/V chunks each (kOptAttnPrestage stages
+    only the first; the new row falls in the second)."""
+    params = TINY[1][:8] + (workers,)
+    h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
+    cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
+    model = tiny_model(cfg, seed=layers).to(DEV)
+    plan = build_plan(cfg, workers=workers or _workers(), gpu=_gpu(), attn_partitions=2 if ctx > 64 else None)
+    g = torch.Generator().manual_seed(9)
+    if ctx > 64:
+        # Random cache rows (bit-identity between options needs no real prefill).
+        shp = (1, cfg.num_key_value_heads, ctx + 16, hd)
+        k = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
+        v = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
+        tok0, pos0 = 5, ctx
+    else:
+        ids = torch.randint(0, cfg.vocab_size, (ctx,), generator=g).view(1, -1).to(DEV)
+        cache = prefill(model, ids, 64)
+        k, v = kv(cache)
+        tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
+    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    out = {}
+    for opt in OPT_SETS:
+        for x, x0 in zip(k + v, k0 + v0):
+            x.copy_(x0)  # the same cache for every option (each run appends 8 rows)
+        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
+        b = Bound(model, plan)
+        out[opt] = b.step(k, v, tok0, pos0, num_steps=8)
+        check_state(b.rt.state, plan)
+        out[opt] = out[opt] + ([x.clone() for x in k],)
+    l0, t0, c0 = out[0]
+    for opt, (l, t, c) in out.items():
+        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(c, c0)), (
+            f"TILES_KERNEL_OPT={opt}: K cache rows differ")
+        assert torch.equal(t, t0), f"TILES_KERNEL_OPT={opt}: tokens {t.tolist()} != {t0.tolist()}"
+        assert torch.equal(l.view(torch.int32), l0.view(torch.int32)), f"TILES_KERNEL_OPT={opt}: logits differ"
+
+
 def test_cuda_graph_capture_matches_eager():
     cfg, model, plan, ids, cache = _llama_small_bound()
     k, v = kv(cache)

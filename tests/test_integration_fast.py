@@ -6,8 +6,7 @@ import pytest
 import torch
 from transformers import StaticCache, TextStreamer
 
-from integration_support import CACHE, count_op_calls, patched_copy, steps_executed
-from test_integration_patch import tiny_config
+from integration_support import CACHE, count_op_calls, patched_copy, steps_executed, tiny_config
 from tiles_ext.models import random_model
 
 

@@ -7,21 +7,14 @@ import warnings
 
 import pytest
 import torch
-from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaModel, StaticCache
+from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaModel, StaticCache
 
 import tiles_ext
-from integration_support import CACHE, count_op_calls, patched_copy, rel_err
+from integration_support import CACHE, count_op_calls, patched_copy, rel_err, tiny_config
 from tiles_ext.integrations import (CacheFullError, TilesFallbackWarning, TransformersVersionError,
                                     UnsupportedModelError)
 from tiles_ext.models import random_model
 from tiles_ext.planner import UnsupportedConfig
-
-
-def tiny_config(**over):
-    kw = dict(hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-              num_hidden_layers=2, vocab_size=512, max_position_embeddings=512, tie_word_embeddings=False)
-    kw.update(over)
-    return LlamaConfig(**kw)
 
 
 @pytest.fixture(scope="module")

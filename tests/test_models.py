@@ -107,3 +107,12 @@ def test_random_model_is_seeded_and_in_dtype():
     assert a.dtype == torch.bfloat16
     wa, wb, wc = (m.model.layers[0].mlp.up_proj.weight for m in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+def test_demo_runs_with_and_without_tiles(default_model, capsys):
+    """The main job's demo end to end on the CPU executor (few tokens): both runs print text and tokens/s."""
+    from tiles_ext import demo
+    assert demo.main(["--max-new-tokens", "4", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "--- Transformers: " in out and "--- Tiles " in out and out.count("tokens/s") >= 2, out
+    assert "same 4 tokens" in out or "diverge at new token" in out, out

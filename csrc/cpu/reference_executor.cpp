@@ -9,6 +9,7 @@
 // worker can advance is the CPU analogue of the GPU's spin-wait timeout and raises naming the worker and tile.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>

@@ -2,6 +2,7 @@
 // plan on the same inputs gives bit-identical results, whatever the worker interleaving or thread count.
 #include "cpu/tile_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>

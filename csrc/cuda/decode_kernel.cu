@@ -19,9 +19,12 @@
 
 namespace tiles {
 namespace cuda {
-namespace {
 
-constexpr int kUnroll = 8;  // 16-byte chunks per lane and row issued before the first use
+// The block's dynamic shared memory (layout: smem_layout). At namespace scope so that the plan-table helpers below
+// can read the kOptPlanSmem tables at offset 0 without being handed the layout.
+extern __shared__ __align__(16) uint8_t g_smem[];
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Small device helpers
@@ -63,6 +66,14 @@ __device__ __forceinline__ uint64_t global_ns() {
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   const uint32_t wa[4] = {w.x, w.y, w.z, w.w};
@@ -132,12 +143,64 @@ __device__ __forceinline__ Tile load_tile(const KernelParams& p, int32_t i) {
   return t;
 }
 
+// kOptPlanSmem: these read the tables copied to shared memory at kernel start. Why: every ld.acquire of a wait
+// invalidates L1, so each plan word read after a wait is an L2 round trip on the stage's critical path.
 __device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b) {
+  if (p.opt & kOptPlanSmem) return p.scratch + reinterpret_cast<const int32_t*>(g_smem)[b];
   return p.scratch + __ldg(p.plan + p.h.buffers_offset + b * kBufferWords);
 }
 
 __device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {
+  if (p.opt & kOptPlanSmem) return reinterpret_cast<const int32_t*>(g_smem)[p.h.num_buffers + w];
   return __ldg(p.plan + p.h.weight_shapes_offset + 2 * w + 1);
+}
+
+// Tile from a local record (kOptPlanSmem): 16-byte shared-memory reads.
+__device__ __forceinline__ Tile load_tile_rec(const int32_t* rec) {
+  Tile t;
+  int32_t* dst = reinterpret_cast<int32_t*>(&t);
+  const int4* src = reinterpret_cast<const int4*>(rec);
+#pragma unroll
+  for (int k = 0; k < kTileWords / 4; ++k) {
+    const int4 v = src[k];
+    dst[4 * k] = v.x;
+    dst[4 * k + 1] = v.y;
+    dst[4 * k + 2] = v.z;
+    dst[4 * k + 3] = v.w;
+  }
+#pragma unroll
+  for (int k = kTileWords / 4 * 4; k < kTileWords; ++k) dst[k] = rec[k];
+  return t;
+}
+
+// Copies the plan tables and (when they fit) this worker's tile records into shared memory. Returns whether the
+// tile records are local. Called by all threads; ends with a barrier.
+__device__ bool load_plan_smem(const KernelParams& p, const SmemLayout& L, int32_t tbeg, int32_t tend) {
+  int32_t* tab = reinterpret_cast<int32_t*>(g_smem + L.ptab);
+  const int32_t nb = p.h.num_buffers, nw = p.h.num_weights;
+  for (int i = threadIdx.x; i < nb; i += kThreads) tab[i] = __ldg(p.plan + p.h.buffers_offset + i * kBufferWords);
+  for (int i = threadIdx.x; i < nw; i += kThreads) tab[nb + i] = __ldg(p.plan + p.h.weight_shapes_offset + 2 * i + 1);
+  const int32_t n = tend - tbeg;
+  const bool local = n <= L.tiles_cap;
+  if (local) {
+    int32_t* rec = reinterpret_cast<int32_t*>(g_smem + L.prec);
+    const int32_t* wt = p.plan + p.h.worker_tiles_offset + tbeg;
+    for (int i = threadIdx.x; i < n * kPlanRecWords; i += kThreads) {
+      const int32_t j = i / kPlanRecWords, w = i - j * kPlanRecWords;
+      const int32_t* tile = p.plan + p.h.tiles_offset + __ldg(wt + j) * kTileWords;
+      int32_t v = 0;
+      if (w < kTileWords) {
+        v = __ldg(tile + w);
+      } else {
+        const int32_t k = (w - kTileWords) / kWaitWords, c = (w - kTileWords) - k * kWaitWords;
+        const int32_t wb = __ldg(tile + offsetof(Tile, wait_begin) / 4), wc = __ldg(tile + offsetof(Tile, wait_count) / 4);
+        if (k < wc) v = __ldg(p.plan + p.h.waits_offset + (wb + k) * kWaitWords + c);
+      }
+      rec[i] = v;
+    }
+  }
+  __syncthreads();
+  return local;
 }
 
 __device__ __forceinline__ uint32_t* counter_ptr(const KernelParams& p, int32_t c) {
@@ -184,29 +247,37 @@ __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, 
 }
 
 // Block-level: thread 0 waits for every Wait record of the tile, then the block proceeds (or all exit).
+// `rec`: the tile's local record (kOptPlanSmem) or null. One barrier (__syncthreads_and) publishes the outcome.
 __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, int32_t worker, int32_t tile,
-                          int32_t step, int* s_flag) {
+                          int32_t step, const int32_t* rec) {
+  int ok = 1;
   if (threadIdx.x == 0) {
-    int ok = 1;
+    const bool local = rec != nullptr && t.wait_count <= kPlanRecWaits;
     for (int k = 0; k < t.wait_count && ok; ++k) {
-      const int32_t* w = p.plan + p.h.waits_offset + (t.wait_begin + k) * kWaitWords;
-      const int32_t c = __ldg(w), count = __ldg(w + 1), off = __ldg(w + 2);
+      int32_t c, count, off;
+      if (local) {
+        const int32_t* w = rec + kTileWords + k * kWaitWords;
+        c = w[0];
+        count = w[1];
+        off = w[2];
+      } else {
+        const int32_t* w = p.plan + p.h.waits_offset + (t.wait_begin + k) * kWaitWords;
+        c = __ldg(w);
+        count = __ldg(w + 1);
+        off = __ldg(w + 2);
+      }
       const uint32_t target = (epoch + static_cast<uint32_t>(off)) * static_cast<uint32_t>(count);
       ok = wait_counter(p, c, target, worker, tile, step) ? 1 : 0;
     }
-    *s_flag = ok;
   }
-  __syncthreads();
-  const int ok = *s_flag;
-  __syncthreads();  // s_flag is reused by the next wait
-  return ok != 0;
+  return __syncthreads_and(ok) != 0;
 }
 
 // All writes of the tile by all threads happen before the release increment.
 __device__ __forceinline__ void signal_tile(const KernelParams& p, const Tile& t) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
+    if (!(p.opt & kOptNoFence)) __threadfence();
     red_release_add(counter_ptr(p, t.signal), 1u);
   }
 }
@@ -236,9 +307,19 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
     case kOpGateup:
     case kOpLmhead: {
       const int64_t cols = weight_cols(p, t.weight);
-      const int64_t rows = t.row_end - t.row_begin;
-      prefetch_range(p.weights[t.weight] + t.row_begin * cols, rows * cols * 2, cap);
-      if (t.op == kOpGateup) prefetch_range(p.weights[t.weight2] + t.row_begin * cols, rows * cols * 2, cap);
+      int64_t rows = t.row_end - t.row_begin, skip = 0;
+      if ((p.opt & kOptStageWeights) && (p.opt & kOptPrefetchPastStage) && cols / 8 <= 32 * kUnroll) {
+        // The staged first batches cover whole rows here (no k-split beyond one batch): rows of the first
+        // kWarps units are in shared memory already, so the prefetch window starts after them.
+        const int64_t units = t.op == kOpGateup ? rows : (rows + 1) / 2;
+        const int64_t staged_units = units < kWarps ? units : kWarps;
+        skip = t.op == kOpGateup ? staged_units : 2 * staged_units;
+        if (skip > rows) skip = rows;
+      }
+      rows -= skip;
+      prefetch_range(p.weights[t.weight] + (t.row_begin + skip) * cols, rows * cols * 2, cap);
+      if (t.op == kOpGateup)
+        prefetch_range(p.weights[t.weight2] + (t.row_begin + skip) * cols, rows * cols * 2, cap);
       break;
     }
     case kOpAttn: {
@@ -263,6 +344,29 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
 // h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
 __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
                                 float* red) {
+  if ((p.opt & kOptNormRegs) && n <= kThreads * kNormRegs) {
+    // One read of x (and w) into registers: one L2 round trip instead of two. Same order of operations.
+    float xv[kNormRegs], wv[kNormRegs];
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      xv[k] = i < n ? __ldcg(x + i) : 0.f;
+      wv[k] = i < n ? bf2f(__ldg(w + i)) : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k)
+      if (threadIdx.x + k * kThreads < n) ss = fmaf(xv[k], xv[k], ss);
+    const float total = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      if (i < n) h[i] = f2bf(round_bf(xv[k] * r) * wv[k]);
+    }
+    __syncthreads();
+    return;
+  }
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const float v = __ldcg(x + i);
@@ -297,6 +401,7 @@ struct MatvecOut {
   uint16_t* out_bf16;   // QKV, GATEUP
   float* out_f32;       // RESID
   const float* resid;   // RESID in2
+  const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory (kOptResidSmem) or null
   float* logits;        // LMHEAD row of this step
 };
 
@@ -311,8 +416,13 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
     case kOpResid: {
       const int32_t r = o.row_begin + 2 * unit;
       const int32_t i0 = o.out_offset + (r - o.row_begin);
-      o.out_f32[i0] = __ldcg(o.resid + i0) + a0;
-      if (r + 1 < o.row_end) o.out_f32[i0 + 1] = __ldcg(o.resid + i0 + 1) + a1;
+      if (o.resid_smem != nullptr) {
+        o.out_f32[i0] = o.resid_smem[r - o.row_begin] + a0;
+        if (r + 1 < o.row_end) o.out_f32[i0 + 1] = o.resid_smem[r + 1 - o.row_begin] + a1;
+      } else {
+        o.out_f32[i0] = __ldcg(o.resid + i0) + a0;
+        if (r + 1 < o.row_end) o.out_f32[i0 + 1] = __ldcg(o.resid + i0 + 1) + a1;
+      }
       break;
     }
     case kOpGateup: {
@@ -332,59 +442,117 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
   }
 }
 
-__device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h, const MatvecOut& o,
-                       float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int32_t nrows = o.row_end - o.row_begin;
-  const bool pair = (o.op == kOpGateup);
-  const int32_t nunits = pair ? nrows : (nrows + 1) / 2;
-  const int32_t nchunks = cols / 8;
-  int32_t ksplit = 1;
-  if (nunits < kWarps) {
-    ksplit = kWarps / nunits;
-    const int32_t maxk = (nchunks + 32 * kUnroll - 1) / (32 * kUnroll);
-    if (ksplit > maxk) ksplit = maxk;
-    if (ksplit < 1) ksplit = 1;
+// How a tile's rows are cut into warp work items (identical for the staging before the wait and the matvec).
+struct MatvecShape {
+  int32_t nunits, nchunks, ksplit, slice, items;
+  bool pair;
+};
+
+__device__ __forceinline__ MatvecShape matvec_shape(int op, int32_t nrows, int32_t cols) {
+  MatvecShape m;
+  m.pair = (op == kOpGateup);
+  m.nunits = m.pair ? nrows : (nrows + 1) / 2;
+  m.nchunks = cols / 8;
+  m.ksplit = 1;
+  if (m.nunits < kWarps) {
+    m.ksplit = kWarps / m.nunits;
+    const int32_t maxk = (m.nchunks + 32 * kUnroll - 1) / (32 * kUnroll);
+    if (m.ksplit > maxk) m.ksplit = maxk;
+    if (m.ksplit < 1) m.ksplit = 1;
   }
-  const int32_t slice = (nchunks + ksplit - 1) / ksplit;
-  const int32_t items = nunits * ksplit;
-  const uint4* hv = reinterpret_cast<const uint4*>(h);
-  for (int32_t item = warp; item < items; item += kWarps) {
-    const int32_t unit = item / ksplit, ks = item - unit * ksplit;
-    const int32_t c0 = ks * slice;
-    const int32_t c1 = c0 + slice < nchunks ? c0 + slice : nchunks;
-    const uint16_t* A;
-    const uint16_t* B;
-    bool bvalid;
-    if (pair) {
-      const int64_t r = o.row_begin + unit;
-      A = W + r * cols;
-      B = W2 + r * cols;
-      bvalid = true;
-    } else {
-      const int64_t r = o.row_begin + 2 * unit;
-      A = W + r * cols;
-      bvalid = r + 1 < o.row_end;
-      B = bvalid ? A + cols : A;
-    }
-    float a0 = 0.f, a1 = 0.f;
-    for (int32_t base = c0; base < c1; base += 32 * kUnroll) {
-      uint4 wa[kUnroll], wb[kUnroll];
+  m.slice = (m.nchunks + m.ksplit - 1) / m.ksplit;
+  m.items = m.nunits * m.ksplit;
+  return m;
+}
+
+struct MatvecItem {
+  const uint16_t* A;
+  const uint16_t* B;
+  bool bvalid;
+  int32_t unit, c0, c1;
+};
+
+__device__ __forceinline__ MatvecItem matvec_item(const MatvecShape& m, const uint16_t* W, const uint16_t* W2,
+                                                  int32_t row_begin, int32_t row_end, int32_t cols, int32_t item) {
+  MatvecItem it;
+  it.unit = item / m.ksplit;
+  const int32_t ks = item - it.unit * m.ksplit;
+  it.c0 = ks * m.slice;
+  it.c1 = it.c0 + m.slice < m.nchunks ? it.c0 + m.slice : m.nchunks;
+  if (m.pair) {
+    const int64_t r = row_begin + it.unit;
+    it.A = W + r * cols;
+    it.B = W2 + r * cols;
+    it.bvalid = true;
+  } else {
+    const int64_t r = row_begin + 2 * it.unit;
+    it.A = W + r * cols;
+    it.bvalid = r + 1 < row_end;
+    it.B = it.bvalid ? it.A + cols : it.A;
+  }
+  return it;
+}
+
+// kOptStageWeights: before the tile waits, each warp copies the first batch of its first item into its stage
+// (cp.async, asynchronous): weights never depend on activations, so they stream while the inputs are produced.
+// Each lane later reads back exactly the 16-byte chunks it copied itself (no cross-lane hand-off).
+__device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t cols = weight_cols(p, t.weight);
+  const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
+  if (warp >= m.items) return;
+  const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
+                                    t.row_begin, t.row_end, cols, warp);
+  uint8_t* sw = stage + warp * kStageBytesPerWarp;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t c = base + u * 32 + lane;
-        if (c < c1) {
-          wa[u] = ld_weight(A + int64_t(c) * 8);
-          wb[u] = bvalid ? ld_weight(B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
-        } else {
-          wa[u] = make_uint4(0, 0, 0, 0);
-          wb[u] = make_uint4(0, 0, 0, 0);
+  for (int u = 0; u < kUnroll; ++u) {
+    const int32_t c = it.c0 + u * 32 + lane;
+    if (c < it.c1) {
+      cp_async16(sw + (u * 32 + lane) * 16, it.A + int64_t(c) * 8);
+      if (it.bvalid) cp_async16(sw + ((kUnroll + u) * 32 + lane) * 16, it.B + int64_t(c) * 8);
+    }
+  }
+  cp_async_commit();
+}
+
+// `stage`: this block's first weight batches copied before the wait (kOptStageWeights) or null.
+__device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h, const MatvecOut& o,
+                       float* red, const uint8_t* stage) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
+  const uint4* hv = reinterpret_cast<const uint4*>(h);
+  if (stage != nullptr) cp_async_wait_all();
+  for (int32_t item = warp; item < m.items; item += kWarps) {
+    const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
+    float a0 = 0.f, a1 = 0.f;
+    for (int32_t base = it.c0; base < it.c1; base += 32 * kUnroll) {
+      uint4 wa[kUnroll], wb[kUnroll];
+      if (stage != nullptr && item == warp && base == it.c0) {
+        const uint8_t* sw = stage + warp * kStageBytesPerWarp;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const bool in = base + u * 32 + lane < it.c1;
+          wa[u] = in ? *reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16) : make_uint4(0, 0, 0, 0);
+          wb[u] = in && it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                  : make_uint4(0, 0, 0, 0);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t c = base + u * 32 + lane;
+          if (c < it.c1) {
+            wa[u] = ld_weight(it.A + int64_t(c) * 8);
+            wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
+          } else {
+            wa[u] = make_uint4(0, 0, 0, 0);
+            wb[u] = make_uint4(0, 0, 0, 0);
+          }
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int32_t c = base + u * 32 + lane;
-        if (c < c1) {
+        if (c < it.c1) {
           const uint4 x = hv[c];
           a0 = dot8(wa[u], x, a0);
           a1 = dot8(wb[u], x, a1);
@@ -394,21 +562,21 @@ __device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, cons
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
     if (lane == 0) {
-      if (ksplit == 1) {
-        emit(o, unit, a0, a1);
+      if (m.ksplit == 1) {
+        emit(o, it.unit, a0, a1);
       } else {
         red[2 * item] = a0;
         red[2 * item + 1] = a1;
       }
     }
   }
-  if (ksplit > 1) {
+  if (m.ksplit > 1) {
     __syncthreads();
-    for (int32_t unit = threadIdx.x; unit < nunits; unit += kThreads) {
+    for (int32_t unit = threadIdx.x; unit < m.nunits; unit += kThreads) {
       float a0 = 0.f, a1 = 0.f;
-      for (int32_t ks = 0; ks < ksplit; ++ks) {
-        a0 += red[2 * (unit * ksplit + ks)];
-        a1 += red[2 * (unit * ksplit + ks) + 1];
+      for (int32_t ks = 0; ks < m.ksplit; ++ks) {
+        a0 += red[2 * (unit * m.ksplit + ks)];
+        a1 += red[2 * (unit * m.ksplit + ks) + 1];
       }
       emit(o, unit, a0, a1);
     }
@@ -428,7 +596,33 @@ __device__ void rope_tables(const KernelParams& p, int64_t pos, float* cs) {
   }
 }
 
-__device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L) {
+// kOptAttnPrestage, before the wait: the RoPE tables and the cached K/V rows [lo, min(pos, first chunk end)) of the
+// first chunk (cp.async). Rows < pos are final before the step starts: the previous steps' ATTN tiles wrote them and
+// are ancestors of the ARGMAX this worker waited for (or the host wrote them before the launch).
+__device__ void attn_prestage(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L) {
+  const int hd = p.h.head_dim;
+  float* cs = reinterpret_cast<float*>(smem + L.cs);
+  uint16_t* kb = reinterpret_cast<uint16_t*>(smem + L.kbuf);
+  uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
+  rope_tables(p, pos, cs);
+  int32_t lo, hi;
+  attn_partition_range(static_cast<int32_t>(pos + 1), t.aux1, p.h.attn_partitions, p.h.attn_granule, &lo, &hi);
+  int64_t end = hi - lo < L.chunk ? hi : lo + L.chunk;
+  if (end > pos) end = pos;
+  const uint16_t* kc = p.k_cache[t.layer] + int64_t(t.aux0) * p.max_cache_len * hd;
+  const uint16_t* vc = p.v_cache[t.layer] + int64_t(t.aux0) * p.max_cache_len * hd;
+  const int cpr = hd / 8, kstride = hd + 8;
+  for (int i = threadIdx.x; i < (end - lo) * cpr; i += kThreads) {
+    const int j = i / cpr, c = i - j * cpr;
+    cp_async16(kb + j * kstride + c * 8, kc + (lo + j) * int64_t(hd) + c * 8);
+    cp_async16(vb + j * hd + c * 8, vc + (lo + j) * int64_t(hd) + c * 8);
+  }
+  cp_async_commit();
+}
+
+// `prestaged`: attn_prestage ran before the wait (RoPE tables ready, chunk 1 rows < pos in flight by cp.async).
+__device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L,
+                          bool prestaged) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
   const int kvh = t.aux0, part = t.aux1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -450,8 +644,10 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   uint16_t* kc = p.k_cache[t.layer] + int64_t(kvh) * p.max_cache_len * hd;
   uint16_t* vc = p.v_cache[t.layer] + int64_t(kvh) * p.max_cache_len * hd;
 
-  rope_tables(p, pos, cs);
-  __syncthreads();
+  if (!prestaged) {
+    rope_tables(p, pos, cs);
+    __syncthreads();
+  }  // else: written before the wait, published by the wait's barrier
   for (int i = tid; i < G * hd; i += kThreads) {
     const int g = i / hd, d = i - g * hd;
     const int qh = kvh * G + g;
@@ -466,6 +662,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     ml[tid] = -INFINITY;
     ml[G + tid] = 0.f;
   }
+  const bool first_local = prestaged && pos < lo + L.chunk;
   if (lo <= pos && pos < hi) {
     // This partition owns the new position: append the rotated k (rounded to bf16) and v to the cache.
     const int half = hd / 2;
@@ -473,10 +670,16 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       const int dp = d < half ? d + half : d - half;
       const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
       const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
-      kc[pos * hd + d] = f2bf(r);
-      vc[pos * hd + d] = __ldcg(vnew + kvh * hd + d);
+      const uint16_t kr = f2bf(r), vr = __ldcg(vnew + kvh * hd + d);
+      kc[pos * hd + d] = kr;
+      vc[pos * hd + d] = vr;
+      if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
+        kb[(pos - lo) * kstride + d] = kr;
+        vb[(pos - lo) * hd + d] = vr;
+      }
     }
-    __threadfence();  // the row is read back below through L2 (ld.cg) by other threads of this block
+    // The row is read back below through L2 (ld.cg) by other threads of this block, unless it is staged.
+    if (!first_local) __threadfence();
   }
   __syncthreads();
 
@@ -485,6 +688,9 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const int splits = L.splits;
   for (int c0 = lo; c0 < hi; c0 += L.chunk) {
     const int cn = hi - c0 < L.chunk ? hi - c0 : L.chunk;
+    if (prestaged && c0 == lo) {
+      cp_async_wait_all();  // this thread's staged rows; the barrier below publishes everyone's
+    } else
     for (int i = tid; i < cn * cpr; i += kThreads) {
       const int j = i / cpr, c = i - j * cpr;
       const uint4 kv = __ldcg(reinterpret_cast<const uint4*>(kc + int64_t(c0 + j) * hd) + c);
@@ -526,6 +732,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
         ls += e;
       }
       ls = warp_sum(ls);
+      __syncwarp();  // every lane has read ml[g] (m_old) before lane 0 overwrites it (racecheck, 2026-11-30)
       if (lane == 0) {
         const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
         ml[2 * G + g] = alpha;
@@ -615,10 +822,27 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 }
 
 // Runs one tile. False when the worker must stop (an error was raised).
-__device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const StepCtx& sc, int32_t worker,
-                         uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok) {
+// `rec`: the tile's local plan record (kOptPlanSmem) or null.
+// `times`: this tile's three timestamps (TILES_TILE_TIMING builds) or null.
+__device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
+                         int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
+                         unsigned long long* times) {
   const int tid = threadIdx.x;
-  if (!wait_tile(p, t, sc.epoch, worker, ti, sc.step, s_flag)) return false;
+#if TILES_TILE_TIMING
+  if (tid == 0 && times != nullptr) times[0] = global_ns();
+#endif
+  const bool is_matvec = t.op == kOpQkv || t.op == kOpResid || t.op == kOpGateup || t.op == kOpLmhead;
+  uint8_t* stage = (p.opt & kOptStageWeights) && is_matvec ? smem + L.stage : nullptr;
+  if (stage != nullptr) stage_first_batch(p, t, stage);
+  const bool attn_pre = t.op == kOpAttn && (p.opt & kOptAttnPrestage);
+  if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
+  if (!wait_tile(p, t, sc.epoch, worker, ti, sc.step, rec)) {
+    if (stage != nullptr || attn_pre) cp_async_wait_all();  // no copy may land in a block that has exited
+    return false;
+  }
+#if TILES_TILE_TIMING
+  if (tid == 0 && times != nullptr) times[1] = global_ns();
+#endif
   uint16_t* vec = reinterpret_cast<uint16_t*>(smem + L.vec);
   float* red = reinterpret_cast<float*>(smem + L.red);
   switch (t.op) {
@@ -647,6 +871,13 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     case kOpLmhead:
     case kOpResid: {
       const int32_t cols = weight_cols(p, t.weight);
+      float* rsd = reinterpret_cast<float*>(smem + L.rsd);
+      const bool resid_smem = t.op == kOpResid && (p.opt & kOptResidSmem);
+      if (resid_smem) {
+        // Issued together with the input vector's loads (one L2 round trip); the copy's barrier publishes them.
+        const float* resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
+        for (int32_t r = tid; r < t.row_end - t.row_begin; r += kThreads) rsd[r] = __ldcg(resid + t.out_offset + r);
+      }
       if (t.op == kOpResid) {
         copy_bf16_to_smem(reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec);
       } else {
@@ -661,6 +892,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       o.out_bf16 = nullptr;
       o.out_f32 = nullptr;
       o.resid = nullptr;
+      o.resid_smem = resid_smem ? rsd : nullptr;
       o.logits = nullptr;
       if (t.op == kOpQkv || t.op == kOpGateup) o.out_bf16 = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
       if (t.op == kOpResid) {
@@ -668,7 +900,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         o.resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
       }
       if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
-      matvec(p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red);
+      matvec(p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage);
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
         // wrote: the fence makes each writer's stores visible at L2 before the barrier.
@@ -705,7 +937,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
     }
     case kOpAttn:
-      attn_tile(p, t, sc.pos, smem, L);
+      attn_tile(p, t, sc.pos, smem, L, attn_pre);
       break;
     case kOpMerge:
       merge_tile(p, t, smem, L);
@@ -740,13 +972,16 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
   }
   signal_tile(p, t);
+#if TILES_TILE_TIMING
+  if (tid == 0 && times != nullptr) times[2] = global_ns();
+#endif
   return true;
 }
 
 }  // namespace
 
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* smem = g_smem;
   __shared__ int s_flag;
   __shared__ int s_stop;
   __shared__ uint32_t s_epoch0;
@@ -754,7 +989,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   __shared__ int64_t s_tok;
   const int tid = threadIdx.x;
   const int32_t worker = blockIdx.x;
-  const SmemLayout L = smem_layout(p.h);
+  const SmemLayout L = smem_layout(p.h, p.opt);
 
   if (tid == 0) {
     int bad = 0;
@@ -799,6 +1034,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   if (tend == tbeg) return;
   const int32_t* wtiles = p.plan + p.h.worker_tiles_offset;
   int32_t steps_done = p.num_steps;
+  const bool plan_local = (p.opt & kOptPlanSmem) && load_plan_smem(p, L, tbeg, tend);
+  const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
+  // The k-th tile of this worker (and its local record, or null).
+  auto tile_k = [&](int32_t k, const int32_t** rec) -> Tile {
+    if (plan_local) {
+      *rec = recs + (k - tbeg) * kPlanRecWords;
+      return load_tile_rec(*rec);
+    }
+    *rec = nullptr;
+    return load_tile(p, __ldg(wtiles + k));
+  };
 
   for (int32_t s = 0; s < p.num_steps; ++s) {
     StepCtx sc;
@@ -806,7 +1052,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     sc.step = s;
     sc.pos = pos0 + s;
     // The first tile's weights stream while this worker learns whether the step runs.
-    if (tid < 32) prefetch_tile(p, load_tile(p, __ldg(wtiles + tbeg)), sc.pos);
+    if (tid < 32) {
+      const int32_t* r0;
+      prefetch_tile(p, tile_k(tbeg, &r0), sc.pos);
+    }
     if (s > 0) {
       // Learn the previous step's token: every worker decides identically whether this step runs.
       if (tid == 0) {
@@ -833,15 +1082,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       }
     }
     for (int32_t k = tbeg; k < tend; ++k) {
-      const int32_t ti = __ldg(wtiles + k);
-      const Tile t = load_tile(p, ti);
+      const int32_t* rec;
+      const Tile t = tile_k(k, &rec);
+      const int32_t ti = __ldg(wtiles + k);  // for error reports only (off the critical path)
       if (tid < 32) {
         // Before the tile waits: its own weights (unless the previous tile already asked for them) and, with
         // prefetch_next, the next tile's.
         if (k > tbeg && !p.prefetch_next) prefetch_tile(p, t, sc.pos);
-        if (p.prefetch_next && k + 1 < tend) prefetch_tile(p, load_tile(p, __ldg(wtiles + k + 1)), sc.pos);
+        if (p.prefetch_next && k + 1 < tend) {
+          const int32_t* rn;
+          prefetch_tile(p, tile_k(k + 1, &rn), sc.pos);
+        }
       }
-      if (!run_tile(p, ti, t, sc, worker, smem, L, &s_flag, &s_tok)) return;
+      unsigned long long* times = nullptr;
+#if TILES_TILE_TIMING
+      if (p.tile_times != nullptr && k - tbeg < p.tile_times_stride)
+        times = p.tile_times + ((int64_t(s) * p.h.num_workers + worker) * p.tile_times_stride + (k - tbeg)) * 3;
+#endif
+      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times)) return;
     }
   }
 
@@ -865,17 +1123,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   }
 }
 
-cudaError_t decode_blocks_per_sm(const Header& h, int* blocks) {
-  const SmemLayout L = smem_layout(h);
-  cudaError_t e = cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
-  if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel, kThreads, L.total);
+cudaError_t decode_set_smem_limit(int32_t bytes) {
+  return cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel, kThreads, smem_bytes);
 }
 
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
-  const SmemLayout L = smem_layout(p.h);
-  cudaError_t e = cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total);
-  if (e != cudaSuccess) return e;
+  const SmemLayout L = smem_layout(p.h, p.opt);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.h.num_workers);
   cfg.blockDim = dim3(kThreads);

@@ -10,12 +10,40 @@
 namespace tiles {
 namespace cuda {
 
+// Compile-time switch of the per-tile timestamps (off in the product build: no code, no cost).
+#ifndef TILES_TILE_TIMING
+#define TILES_TILE_TIMING 0
+#endif
+
 constexpr int kThreads = 512;          // threads per worker block (16 warps)
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxLayers = 64;         // bounds the by-value pointer tables below (kernel params up to 32 KB)
 constexpr int kMaxWeights = kMaxLayers * kLayerSlots + kFinalSlots;
 constexpr int kMaxGroup = kWarps;      // query heads per KV head: one warp per head in the softmax update
 constexpr int kAttnChunkElems = 8192;  // KV positions staged per attention chunk = kAttnChunkElems / head_dim
+constexpr int kUnroll = 8;             // 16-byte weight chunks per lane and row issued before the first use
+constexpr int kNormRegs = 8;           // residual elements per thread held in registers by the one-read RMSNorm
+constexpr int kStageBytesPerWarp = 2 * kUnroll * 32 * 16;  // one batch of two rows (kOptStageWeights)
+
+// Latency options, a bitmask (TILES_KERNEL_OPT; 0 = the path verified on the H200 on 2026-11-30). Every option
+// leaves every result bit-identical (same values, same reduction order); tests/test_cuda_kernel.py checks that.
+constexpr int32_t kOptNormRegs = 1;      // RMSNorm reads the fp32 residual once (registers), not twice
+constexpr int32_t kOptResidSmem = 2;     // RESID loads its residual rows together with its input vector
+constexpr int32_t kOptStageWeights = 4;  // each warp's first weight batch is copied (cp.async) BEFORE the wait
+constexpr int32_t kOptNoFence = 8;       // no __threadfence before the release increment (the release orders it)
+constexpr int32_t kOptPlanSmem = 16;     // the worker's tile + wait records, buffer offsets, weight widths in smem
+constexpr int32_t kOptPrefetchPastStage = 32;  // with StageWeights: the L2 prefetch starts after the staged rows
+constexpr int32_t kOptAttnPrestage = 64;  // ATTN: RoPE tables + cached K/V rows < pos of chunk 1 staged before the wait
+constexpr int32_t kOptAll = 127;
+// The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
+// the H200 (docs/perf-log.md).
+constexpr int32_t kOptDefault = 0;
+
+// kOptPlanSmem: per local tile a record of kPlanRecWords: the Tile (18 words), then up to kPlanRecWaits Wait records
+// (a tile with more waits reads them from the blob). 96 bytes, a multiple of 16.
+constexpr int kPlanRecWaits = 2;
+constexpr int kPlanRecWords = kTileWords + kPlanRecWaits * kWaitWords;
+static_assert(kPlanRecWords % 4 == 0, "plan records are read as 16-byte vectors");
 
 // Everything the kernel reads, passed BY VALUE (one struct kernel parameter): a CUDA graph that captures the
 // launch needs no host-to-device copy, and replays see the same pointers.
@@ -39,6 +67,12 @@ struct KernelParams {
   uint64_t timeout_ns;        // bound of every spin-wait
   int32_t prefetch_bytes;     // per-tile L2 prefetch cap (cp.async.bulk.prefetch.L2), 0 = off
   int32_t prefetch_next;      // 1 = also prefetch the worker's next tile once the current one may run
+  int32_t opt;                // kOpt* bitmask
+  // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): %globaltimer at tile start,
+  // after its wait, after its signal, at [((step * num_workers + worker) * tile_times_stride + k) * 3 + 0..2] for the
+  // worker's k-th tile. Null (and ignored) in the product build.
+  unsigned long long* tile_times;
+  int32_t tile_times_stride;
   const uint16_t* weights[kMaxWeights];  // bf16 bit patterns, plan weight order
   uint16_t* k_cache[kMaxLayers];         // per layer [num_kv_heads, max_cache_len, head_dim] bf16
   uint16_t* v_cache[kMaxLayers];
@@ -58,6 +92,11 @@ struct SmemLayout {
   int32_t kbuf;     // bf16 K chunk [chunk][hd + 8] (padded against bank conflicts)
   int32_t vbuf;     // bf16 V chunk [chunk][hd]
   int32_t msf;      // fp32 merge scale factors [G * P]
+  int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
+  int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights; else empty)
+  int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
+  int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
+  int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
   int32_t total;
   int32_t chunk;    // positions per attention chunk
   int32_t splits;   // position groups of the o update
@@ -66,7 +105,7 @@ struct SmemLayout {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline SmemLayout smem_layout(const Header& h) {
+inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   auto up16 = [](int32_t x) { return (x + 15) / 16 * 16; };
   SmemLayout s;
   const int32_t G = h.num_heads / h.num_kv_heads, hd = h.head_dim;
@@ -76,6 +115,16 @@ inline SmemLayout smem_layout(const Header& h) {
   s.chunk = kAttnChunkElems / hd;
   s.splits = G * hd >= kThreads ? 1 : kThreads / (G * hd);
   int32_t o = 0;
+  // The plan tables come first (offset 0): buffer_ptr / weight_cols find them without the layout.
+  const bool plan_smem = (opt & kOptPlanSmem) != 0;
+  s.ptab = o; o += plan_smem ? up16((h.num_buffers + h.num_weights) * 4) : 0;
+  {
+    const int32_t per = (h.num_tiles + h.num_workers - 1) / (h.num_workers > 0 ? h.num_workers : 1);
+    int32_t cap = per + per / 2 + 16;
+    if (cap > 1024) cap = 1024;
+    s.tiles_cap = plan_smem ? cap : 0;
+  }
+  s.prec = o; o += s.tiles_cap * kPlanRecWords * 4;
   s.vec = o; o += up16(max_in * 2);
   s.red = o; o += up16(2 * kWarps * 4);
   s.qf = o; o += up16(G * hd * 4);
@@ -87,16 +136,22 @@ inline SmemLayout smem_layout(const Header& h) {
   s.kbuf = o; o += up16(s.chunk * (hd + 8) * 2);
   s.vbuf = o; o += up16(s.chunk * hd * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);
+  s.rsd = o; o += up16(h.hidden * 4);
+  s.stage = o; o += (opt & kOptStageWeights) ? kWarps * kStageBytesPerWarp : 0;
   s.total = o;
   return s;
 }
 
-// Launches the persistent kernel (cooperative: all num_workers blocks co-resident) on `stream`.
-// Returns the CUDA error of the launch (or of the occupancy query), cudaSuccess otherwise.
-cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream);
+// Sets the kernel's dynamic shared-memory limit on the current device (the glue only ever raises it, once per new
+// maximum, so no attribute call happens inside a CUDA-graph capture once a size has been seen).
+cudaError_t decode_set_smem_limit(int32_t bytes);
 
-// Blocks of the kernel that fit on one SM with the dynamic shared memory that `h` needs (0 = does not fit).
-cudaError_t decode_blocks_per_sm(const Header& h, int* blocks);
+// Blocks of the kernel that fit on one SM with `smem_bytes` of dynamic shared memory (0 = none).
+cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks);
+
+// Launches the persistent kernel (cooperative: all num_workers blocks co-resident) on `stream`. The shared-memory
+// limit must already allow smem_layout(p.h, p.opt).total.
+cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tiles

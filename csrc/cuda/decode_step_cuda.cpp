@@ -163,6 +163,27 @@ DeviceInfo device_info(int dev) {
   return d;
 }
 
+// Shared-memory limit and occupancy, once per (device, size). The limit is only ever raised (a lower setting would
+// break launches of a larger layout seen earlier); the answers are cached so that calls inside a CUDA-graph capture
+// make no attribute or occupancy calls.
+int prepared_blocks_per_sm(int dev, int32_t smem_bytes) {
+  static std::mutex mu;
+  static std::unordered_map<int64_t, int> blocks_cache;
+  static std::unordered_map<int, int32_t> limit;
+  std::lock_guard<std::mutex> lock(mu);
+  if (smem_bytes > limit[dev]) {
+    TILES_CUDA_CHECK(cuda::decode_set_smem_limit(smem_bytes), "raising the kernel's shared-memory limit");
+    limit[dev] = smem_bytes;
+  }
+  const int64_t key = (int64_t(dev) << 32) | smem_bytes;
+  auto it = blocks_cache.find(key);
+  if (it != blocks_cache.end()) return it->second;
+  int blocks = 0;
+  TILES_CUDA_CHECK(cuda::decode_blocks_per_sm(smem_bytes, &blocks), "the occupancy query");
+  blocks_cache[key] = blocks;
+  return blocks;
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10::IntArrayRef plan_header,
@@ -202,10 +223,13 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(max_len < (int64_t(1) << 31) / h.head_dim, "tiles::decode_step (CUDA): max_cache_len ", max_len,
               " too large");
 
-  int blocks_per_sm = 0;
-  TILES_CUDA_CHECK(cuda::decode_blocks_per_sm(h, &blocks_per_sm), "the occupancy query");
+  const int64_t opt = env_int("TILES_KERNEL_OPT", cuda::kOptDefault);
+  TORCH_CHECK(opt >= 0 && opt <= cuda::kOptAll, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
+              " outside 0..", cuda::kOptAll, " (bitmask of the kernel's latency options, decode_kernel.h)");
+  const int32_t smem_bytes = cuda::smem_layout(h, static_cast<int32_t>(opt)).total;
+  const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes);
   TORCH_CHECK(blocks_per_sm >= 1, "tiles::decode_step (CUDA): a worker block (", cuda::kThreads, " threads, ",
-              cuda::smem_layout(h).total, " bytes of shared memory) does not fit on an SM");
+              smem_bytes, " bytes of shared memory) does not fit on an SM");
 
   cuda::KernelParams p;
   std::memset(&p, 0, sizeof(p));
@@ -227,6 +251,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   p.timeout_ns = static_cast<uint64_t>(env_int("TILES_WAIT_TIMEOUT_MS", 2000)) * 1000000ull;
   p.prefetch_bytes = static_cast<int32_t>(env_int("TILES_PREFETCH_BYTES", 65536));
   p.prefetch_next = static_cast<int32_t>(env_int("TILES_PREFETCH_NEXT", 0));
+  p.opt = static_cast<int32_t>(opt);
   for (int64_t i = 0; i < h.num_weights; ++i) {
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
                 "] is not 16-byte aligned (the kernel reads 16-byte vectors)");

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,14 @@ def workloads_of(s, model: str, weights: str) -> list[Workload]:
     return [Workload(model, p, s["new_tokens"], weights) for p in s["prompts"]]
 
 
+class Interrupted(BaseException):
+    """SIGTERM (the caller's time limit): not an Exception, so no row swallows it; the run writes what it has."""
+
+
+def _on_sigterm(signum, frame):
+    raise Interrupted("stopped by SIGTERM (the caller's time limit) before this row")
+
+
 class Budget:
     def __init__(self, seconds: float):
         self.t0, self.seconds = time.monotonic(), seconds
@@ -147,6 +156,22 @@ def tiles_child(spec_path: str) -> int:
         model, tok, used = build_model(model_name, device, spec["weights"])
         wls = [Workload(model_name, p, spec["new_tokens"], used) for p in spec["prompts"]]
         floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
+        if "tiles-generate" in systems:
+            prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
+            rows_ = [R.new_row("tiles-generate", w) for w in wls]
+            try:
+                model, patch_s = T.patch(model)
+            except Exception as e:
+                for r in rows_:
+                    emit("row", R.fail(r, e))
+                log(f"tiles_ext.patch failed: {e}")
+            else:
+                for w, r in zip(wls, rows_):
+                    r["one_time_s"]["patch"] = patch_s
+                    R.run_guarded(r, T.tiles_generate, model, w, prompts[w.name], floors[w.name], spec["reps"],
+                                  device, spec["warmup"])
+                    emit("row", r)
+                model = T.unpatch(model)
         if "tiles-op-multi" in systems or "tiles-op-single" in systems:
             for w in wls:
                 r1, rn = R.new_row("tiles-op-single", w), R.new_row("tiles-op-multi", w)
@@ -170,22 +195,6 @@ def tiles_child(spec_path: str) -> int:
                             "reason": f"{type(e).__name__}: {str(e)[:300]}"} for c in spec["sweep_contexts"]]
                 for p in pts:
                     emit("sweep", p)
-        if "tiles-generate" in systems:
-            prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
-            rows_ = [R.new_row("tiles-generate", w) for w in wls]
-            try:
-                model, patch_s = T.patch(model)
-            except Exception as e:
-                for r in rows_:
-                    emit("row", R.fail(r, e))
-                log(f"tiles_ext.patch failed: {e}")
-            else:
-                for w, r in zip(wls, rows_):
-                    r["one_time_s"]["patch"] = patch_s
-                    R.run_guarded(r, T.tiles_generate, model, w, prompts[w.name], floors[w.name], spec["reps"],
-                                  device, spec["warmup"])
-                    emit("row", r)
-                model = T.unpatch(model)
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -193,43 +202,55 @@ def tiles_child(spec_path: str) -> int:
     return 0
 
 
-def run_tiles_child(s, bw: float, budget: Budget) -> tuple[list, list, str | None]:
-    """(rows, sweep points, reason the child stopped early or None)."""
-    with tempfile.TemporaryDirectory(prefix="tiles-bench-") as tmp:
-        spec = {"device": s["device"], "models": s["models"], "prompts": s["prompts"], "new_tokens": s["new_tokens"],
-                "reps": s["reps"], "weights": s["weights"], "systems": s["systems"], "bandwidth": bw,
-                "cpu_workers": s["cpu_workers"], "out": os.path.join(tmp, "rows.jsonl"),
-                "sweep_contexts": s["sweep_contexts"] if s["sweep"] else [], "sweep_tokens": s["sweep_tokens"],
-                "sweep_model": sweep_model(s), "warmup": s["warmup"]}
-        Path(tmp, "spec.json").write_text(json.dumps(spec))
-        timeout = max(10.0, min(s["child_timeout_s"], budget.left() - 20))
-        why = None
-        cmd = [sys.executable, "-m", "tiles_ext.bench", "--tiles-child", os.path.join(tmp, "spec.json")]
-        log(f"Tiles rows in a child process (timeout {timeout:.0f} s)")
-        try:
-            p = subprocess.run(cmd, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-            if p.returncode != 0:
-                why = f"the Tiles child process exited with code {p.returncode} before this row"
-        except subprocess.TimeoutExpired:
-            why = f"the Tiles child process was stopped after {timeout:.0f} s (hang or time budget) before this row"
-        got_rows, got_sweep = [], []
-        if os.path.exists(spec["out"]):
-            for line in Path(spec["out"]).read_text().splitlines():
-                rec = json.loads(line)
-                (got_rows if rec.pop("kind") == "row" else got_sweep).append(rec)
-        return got_rows, got_sweep, why
+def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: list) -> dict:
+    """Runs the Tiles rows in child processes, one per model (a kernel fault on one model cannot cost the other
+    its rows); appends their rows and sweep points (also those written before a crash, a timeout or an
+    interruption); returns {model: why its child stopped early} for the children that did."""
+    why = {}
+    t_end = time.monotonic() + min(s["child_timeout_s"], max(10.0, budget.left() - 20))
+    for i, model in enumerate(s["models"]):
+        left_models = len(s["models"]) - i
+        timeout = max(10.0, (t_end - time.monotonic()) / left_models)
+        with tempfile.TemporaryDirectory(prefix="tiles-bench-") as tmp:
+            spec = {"device": s["device"], "models": [model], "prompts": s["prompts"],
+                    "new_tokens": s["new_tokens"], "reps": s["reps"], "weights": s["weights"],
+                    "systems": s["systems"], "bandwidth": bw, "cpu_workers": s["cpu_workers"],
+                    "out": os.path.join(tmp, "rows.jsonl"),
+                    "sweep_contexts": s["sweep_contexts"] if s["sweep"] else [], "sweep_tokens": s["sweep_tokens"],
+                    "sweep_model": sweep_model(s), "warmup": s["warmup"]}
+            Path(tmp, "spec.json").write_text(json.dumps(spec))
+            cmd = [sys.executable, "-m", "tiles_ext.bench", "--tiles-child", os.path.join(tmp, "spec.json")]
+            log(f"Tiles rows of {model} in a child process (timeout {timeout:.0f} s)")
+            try:
+                p = subprocess.run(cmd, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                if p.returncode != 0:
+                    why[model] = f"the Tiles child process exited with code {p.returncode} before this row"
+            except subprocess.TimeoutExpired:
+                why[model] = (f"the Tiles child process was stopped after {timeout:.0f} s (hang or time budget) "
+                              "before this row")
+            finally:
+                if os.path.exists(spec["out"]):
+                    for line in Path(spec["out"]).read_text().splitlines():
+                        try:
+                            rec = json.loads(line)
+                        except json.JSONDecodeError:  # the last line of a killed child may be cut short
+                            continue
+                        (rows_out if rec.pop("kind") == "row" else sweep_out).append(rec)
+            if model in why:
+                log(f"{model}: {why[model]}")
+    return why
 
 
 # --------------------------------------------------------------------------- baselines (this process)
 
 
-def baseline_rows(s, bw: float, device, budget: Budget, sweep: list) -> list:
-    """All baseline rows, phase by phase across the models (eager; CUDA-graph step; generate + compile;
-    llama.cpp; the sweep), so that what the budget cuts is the least needed, never a whole model."""
+def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) -> list:
+    """All baseline rows, phase by phase across the models (eager; CUDA-graph step and its sweep; generate +
+    compile; llama.cpp), so that what the budget cuts is the least needed, never a whole model. Rows are
+    appended to `out` as they finish (an interruption keeps them)."""
     from . import baselines as B
     from . import llamacpp
     from .workloads import build_model, make_prompt
-    out = []
     want = [sy for sy in BASELINES if sy in s["systems"]]
     if not want:
         return out
@@ -335,13 +356,16 @@ def main(argv=None) -> int:
 
     workloads = []
     all_rows, sweep = [], []
-    if any(sy in s["systems"] for sy in TILES):
-        trows, tsweep, why = run_tiles_child(s, bw, budget)
-        all_rows += trows
-        sweep += tsweep
-    else:
-        why = None
-    all_rows += baseline_rows(s, bw, device, budget, sweep)
+    why, stopped = {}, None
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        if any(sy in s["systems"] for sy in TILES):
+            why = run_tiles_child(s, bw, budget, all_rows, sweep)
+        baseline_rows(s, bw, device, budget, sweep, all_rows)
+    except Interrupted as e:
+        stopped = str(e)
+        log(f"interrupted: {stopped}; writing the results so far")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     # Workload table (weights as actually used, read back from the rows), missing rows filled with reasons.
     for m in s["models"]:
@@ -356,8 +380,10 @@ def main(argv=None) -> int:
                 if not any(r["system"] == sy for r in ws):
                     r = R.new_row(sy, w)
                     r["weights"] = wd["weights"]
-                    if sy in TILES and why:
-                        R.skip(r, why)
+                    if stopped:
+                        R.skip(r, stopped)
+                    elif sy in TILES and m in why:
+                        R.skip(r, why[m])
                     elif device.type != "cuda":
                         R.skip(r, "not run (GPU-only system on a CPU run)")
                     else:
@@ -379,7 +405,7 @@ def main(argv=None) -> int:
         if report.update_readme(a.readme, result, figs, paths["markdown"]):
             log(f"updated the results block of {a.readme}")
     print(report.markdown(result))
-    return 0
+    return 2 if stopped else 0  # results are written either way; the caller learns the run was cut short
 
 
 def from_json(a) -> int:

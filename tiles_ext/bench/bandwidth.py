@@ -17,7 +17,7 @@ from .timing import DeviceTimer, sync
 def measure_read_bandwidth(device: torch.device, gib: float | None = None, reps: int | None = None) -> dict:
     device = torch.device(device)
     cuda = device.type == "cuda"
-    gib = gib if gib is not None else (4.0 if cuda else 0.25)
+    gib = gib if gib is not None else (4.0 if cuda else 0.125)
     reps = reps if reps is not None else (10 if cuda else 3)
     numel = int(gib * 2**30) // 2
     x = torch.ones(numel, dtype=torch.bfloat16, device=device)

@@ -45,8 +45,9 @@ def static_compile_generate(row, model, w, input_ids, floor_ms, reps, device):
 
 
 def drop_compiled(model) -> None:
-    """Forget generate's compiled call (before patching the model or freeing it)."""
-    for attr in ("_compiled_call", "_last_compile_config", "_cache"):
+    """Forget generate's compiled call and its sticky static-cache size (5.x grows every later static cache to
+    the largest seen), before the next system runs on the model."""
+    for attr in ("_compiled_call", "_last_compile_config", "_cache", "_previous_max_cache_length"):
         if attr in model.__dict__:
             delattr(model, attr)
     gc.collect()

@@ -127,8 +127,9 @@ def _pad(n: int) -> int:
 
 
 def write_gguf(model, path) -> int:
-    """Writes the file; returns its size in bytes. Weights go out as BF16, rope factors as F32."""
-    named = [(name, t.detach()) for name, t in tensors_of(model)]
+    """Writes the file; returns its size in bytes. Matrices go out as BF16; 1-D tensors (norm weights, rope
+    factors) as F32, as llama.cpp's own converter writes them (its CUDA kernels expect F32 there)."""
+    named = [(name, t.detach() if t.dim() > 1 else t.detach().float()) for name, t in tensors_of(model)]
     kvs = metadata(model)
     infos, offset = [], 0
     for name, t in named:

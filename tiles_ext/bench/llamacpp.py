@@ -29,10 +29,11 @@ from . import rows
 REPO = Path(__file__).resolve().parents[2]
 CARRY_DIR = REPO / ".bench_llamacpp"
 TARBALL = "llama-bench-cuda.tar.xz"
-NOT_FOUND = ("no llama.cpp CUDA build found: building it from the llama-cpp-python sdist (76.6 MB, over the "
-             "64 MiB a device call carries; ~150 nvcc jobs, several minutes even on 16 cores) does not fit the "
-             "benchmark's single GPU call, and no prebuilt llama-bench was carried (make one with `python -m "
-             "tiles_ext.bench.llamacpp build` into .bench_llamacpp/, or set TILES_LLAMA_BENCH)")
+NOT_FOUND = ("skipped: no llama.cpp CUDA build was carried to this machine. Building it here from the "
+             "llama-cpp-python 0.3.36 sdist does not fit the benchmark's one GPU call: the sdist is 76.6 MB (over "
+             "the 64 MiB a call carries) and its CUDA backend is ~150 nvcc jobs (minutes even on 16 cores). "
+             "A prebuilt llama-bench (python -m tiles_ext.bench.llamacpp build, into .bench_llamacpp/, a few MB) "
+             "or TILES_LLAMA_BENCH enables this row")
 
 
 def find_llama_bench() -> tuple[Path | None, str]:

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes: per-tile timestamps of the persistent kernel, summarised per stage.
+
+    python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--opts 0,127] [--json PATH]
+
+Builds csrc/cuda/decode_kernel.cu with -DTILES_TILE_TIMING=1 plus scripts/tile_timing_launch.cu into a shared
+library (nvcc, ~20 s; the product extension has no timing code), runs `steps` tokens of a random-weight model on
+the plan, and reads %globaltimer at three points of every tile: start (before staging and the wait), wait done,
+signalled. For each stage (all tiles of one op in one layer) it reports, averaged over the layers and steps 1..:
+  span     the stage's increment of the critical path: its last signal minus the last signal it waited for,
+  handoff  median time from the producers' last signal to a waiting tile leaving its wait (counter latency),
+  work     median / max over tiles of wait-done to signalled (the tile's own latency + streaming),
+  late     fraction of tiles that started after their inputs were ready (their worker was still busy).
+Needs a CUDA GPU and nvcc. Prints a table; writes JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import tiles_ext  # noqa: E402,F401
+from tiles_ext.errors import check_state  # noqa: E402
+from tiles_ext.models import load_config, random_model  # noqa: E402
+from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
+from tiles_ext.runtime import TileRuntime, model_weights, rope_tables  # noqa: E402
+
+# Tile record columns (plan_format.h Tile)
+C_OP, C_LAYER, C_WEIGHT, C_WAIT_BEGIN, C_WAIT_COUNT, C_SIGNAL = 0, 1, 2, 14, 15, 16
+
+
+def build_lib(out_dir: Path) -> Path:
+    lib = out_dir / "libtiles_timing.so"
+    srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "scripts/tile_timing_launch.cu"]
+    if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in srcs):
+        return lib
+    arch = os.environ.get("TILES_TIMING_ARCH", "90a")
+    cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DTILES_TILE_TIMING=1",
+           f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'csrc/generated'}",
+           "-Xcompiler", "-fPIC", "-shared", *map(str, srcs), "-o", str(lib)]
+    subprocess.run(cmd, check=True)
+    return lib
+
+
+def op_name(op: int, weight: int, o_weights: set) -> str:
+    names = {1: "EMBED", 2: "QKV", 3: "ATTN", 4: "MERGE", 5: "RESID", 6: "GATEUP", 7: "LMHEAD", 8: "ARGMAX"}
+    n = names.get(op, f"op{op}")
+    if n == "RESID":
+        n = "O" if weight in o_weights else "DOWN"
+    return n
+
+
+def run(lib, model, plan, ctx, steps, opt, prefetch):
+    dev = "cuda"
+    rt = TileRuntime(plan, dev)
+    w = [x.contiguous() for x in model_weights(model)]
+    inv, scale = rope_tables(model)
+    inv = inv.to(dev).contiguous()
+    c = model.config
+    kvh = c.num_key_value_heads
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    max_len = ctx + steps + 8
+    k = [torch.randn(1, kvh, max_len, hd, device=dev, dtype=torch.bfloat16) for _ in range(c.num_hidden_layers)]
+    v = [torch.randn(1, kvh, max_len, hd, device=dev, dtype=torch.bfloat16) for _ in range(c.num_hidden_layers)]
+    ids = torch.tensor([1], device=dev)
+    pos = torch.tensor([ctx], device=dev)
+    h = plan.header
+    W = h["num_workers"]
+    offs = np.asarray(plan.worker_offsets)
+    stride = int((offs[1:] - offs[:-1]).max())
+    times = torch.zeros(steps * W * stride * 3, dtype=torch.int64, device=dev)
+    logits = torch.empty(steps, h["vocab"], dtype=torch.float32, device=dev)
+    tokens = torch.empty(steps, dtype=torch.int64, device=dev)
+    hw = torch.tensor(rt.header, dtype=torch.int32)
+    P = ctypes.c_void_p
+    wp = (P * len(w))(*[x.data_ptr() for x in w])
+    kp = (P * len(k))(*[x.data_ptr() for x in k])
+    vp = (P * len(v))(*[x.data_ptr() for x in v])
+    fn = lib.tiles_timing_run
+    fn.restype = ctypes.c_int
+    for _ in range(3):  # warm-up (module load, caches), then the measured launch
+        times.zero_()
+        rc = fn(P(rt.plan_tensor.data_ptr()), P(hw.data_ptr()), ctypes.c_int(hw.numel()), wp, kp, vp,
+                ctypes.c_int(max_len), P(rt.scratch.data_ptr()), P(rt.state.data_ptr()), P(ids.data_ptr()),
+                P(pos.data_ptr()), P(inv.data_ptr()), ctypes.c_float(scale), P(logits.data_ptr()),
+                P(tokens.data_ptr()), ctypes.c_int(steps), ctypes.c_int(opt), ctypes.c_int(prefetch),
+                P(times.data_ptr()), ctypes.c_int(stride))
+        if rc != 0:
+            raise RuntimeError(f"tiles_timing_run returned {rc}")
+        check_state(rt.state, plan)
+    return times.view(steps, W, stride, 3).cpu().numpy().astype(np.int64), stride
+
+
+def analyse(plan, T, stride):
+    steps, W = T.shape[0], T.shape[1]
+    tiles = np.asarray(plan.tiles)
+    waits = np.asarray(plan.waits)
+    offs = np.asarray(plan.worker_offsets)
+    wt = np.asarray(plan.worker_tiles)
+    # O vs DOWN (both RESID): DOWN's weight has `intermediate` columns.
+    shapes = np.asarray(plan.weight_shapes)
+    inter = plan.header["intermediate"]
+    o_weights = {int(tiles[i, C_WEIGHT]) for i in np.nonzero(tiles[:, C_OP] == 5)[0]
+                 if int(shapes[int(tiles[i, C_WEIGHT])][1]) != inter}
+    ends = defaultdict(int)  # (step, counter) -> last signal time
+    recs = []
+    for s in range(steps):
+        for w in range(W):
+            for j in range(offs[w + 1] - offs[w]):
+                if j >= stride:
+                    break
+                ti = int(wt[offs[w] + j])
+                t0, t1, t2 = (int(x) for x in T[s, w, j])
+                if t2 == 0:
+                    continue
+                sig = int(tiles[ti, C_SIGNAL])
+                ends[(s, sig)] = max(ends[(s, sig)], t2)
+                recs.append((s, w, ti, t0, t1, t2))
+    stage_tiles = defaultdict(list)  # (step, name, layer) -> list of (t0, t1, t2, dep_end)
+    for s, w, ti, t0, t1, t2 in recs:
+        dep = 0
+        for k in range(int(tiles[ti, C_WAIT_COUNT])):
+            c, _, off = (int(x) for x in waits[int(tiles[ti, C_WAIT_BEGIN]) + k])
+            if s + off >= 0 and (s + off, c) in ends:
+                dep = max(dep, ends[(s + off, c)])
+        name = op_name(int(tiles[ti, C_OP]), int(tiles[ti, C_WEIGHT]), o_weights)
+        stage_tiles[(s, name, int(tiles[ti, C_LAYER]))].append((t0, t1, t2, dep))
+    per_name = defaultdict(lambda: defaultdict(list))
+    for (s, name, layer), lst in stage_tiles.items():
+        if s == 0:
+            continue  # the first step includes the launch
+        a = np.array(lst, dtype=np.int64)
+        dep_end = a[:, 3].max()
+        if dep_end == 0:
+            continue
+        end = a[:, 2].max()
+        waited = a[a[:, 0] < a[:, 3]]
+        late = a[a[:, 0] >= a[:, 3]]
+        d = per_name[name]
+        d["span_us"].append((end - dep_end) / 1e3)
+        if len(waited):
+            d["handoff_us"].append(float(np.median(waited[:, 1] - waited[:, 3])) / 1e3)
+        d["work_med_us"].append(float(np.median(a[:, 2] - a[:, 1])) / 1e3)
+        d["work_max_us"].append(float((a[:, 2] - a[:, 1]).max()) / 1e3)
+        crit = a[a[:, 2].argmax()]
+        d["crit_wait_exit_us"].append((crit[1] - max(crit[3], crit[0])) / 1e3)
+        d["crit_work_us"].append((crit[2] - crit[1]) / 1e3)
+        d["late_frac"].append(len(late) / len(a))
+        d["count"].append(1)
+    table = {}
+    for name, d in per_name.items():
+        row = {k: (statistics.mean(v) if k != "count" else len(v)) for k, v in d.items()}
+        row["stages_per_token"] = len(d["span_us"]) / max(1, steps - 1)
+        row["span_us_per_token"] = sum(d["span_us"]) / max(1, steps - 1)
+        table[name] = row
+    # Token time: ARGMAX signal to ARGMAX signal.
+    arg_counter = plan.header["argmax_counter"]
+    toks = [ends[(s, arg_counter)] - ends[(s - 1, arg_counter)] for s in range(1, steps)
+            if (s, arg_counter) in ends and (s - 1, arg_counter) in ends]
+    all_t = np.sort(np.unique(np.asarray([r[3:] for r in recs]).ravel()))
+    res = float(np.diff(all_t)[np.diff(all_t) > 0].min()) if len(all_t) > 2 else float("nan")
+    return {"token_us": statistics.mean(toks) / 1e3 if toks else None, "stages": table,
+            "timer_resolution_ns": res}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--ctx", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "0")))
+    ap.add_argument("--prefetch", type=int, default=int(os.environ.get("TILES_PREFETCH_BYTES", "65536")))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = ctypes.CDLL(str(build_lib(out_dir)))
+    cfg = load_config(args.model)
+    model = random_model(cfg, device="cuda", seed=0)
+    plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
+                      gpu=GpuTarget.of_device("cuda"))
+    result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "runs": {}}
+    order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
+    for opt in [int(x) for x in args.opts.split(",")]:
+        T, stride = run(lib, model, plan, args.ctx, args.steps, opt, args.prefetch)
+        r = analyse(plan, T, stride)
+        result["runs"][str(opt)] = r
+        print(f"\n{args.model} ctx {args.ctx} opt {opt}: {r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
+              f"timer resolution {r['timer_resolution_ns']:.0f} ns")
+        print(f"{'stage':<8}{'n/tok':>6}{'span':>8}{'sum/tok':>9}{'handoff':>9}{'work med':>9}{'work max':>9}"
+              f"{'crit exit':>10}{'crit work':>10}{'late':>6}   (us)")
+        for name in order + sorted(set(r["stages"]) - set(order)):
+            s = r["stages"].get(name)
+            if not s:
+                continue
+            print(f"{name:<8}{s['stages_per_token']:>6.0f}{s['span_us']:>8.2f}{s['span_us_per_token']:>9.1f}"
+                  f"{s.get('handoff_us', float('nan')):>9.2f}{s['work_med_us']:>9.2f}{s['work_max_us']:>9.2f}"
+                  f"{s['crit_wait_exit_us']:>10.2f}{s['crit_work_us']:>10.2f}{s['late_frac']:>6.2f}")
+    paths = [Path(args.json)] if args.json else []
+    if os.environ.get("OUT"):
+        paths.append(Path(os.environ["OUT"]) / f"tile_timing-{args.model}.json")
+    for p in paths:
+        p.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
