@@ -9,6 +9,7 @@ import pytest
 from tiles_ext.planner import build_plan
 from tiles_ext.planner.format import TILE, Op
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
+from tiles_ext.planner.graph import max_piece_rows
 from tiles_ext.planner.summary import stage_stats
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -52,12 +53,27 @@ def test_matrix_stages_balanced_to_one_row(name, workers):
     rows = {"qkv": ((s.num_heads + 2 * s.num_kv_heads) * s.head_dim, s.hidden * 2),
             "o": (s.hidden, s.num_heads * s.head_dim * 2), "gateup": (s.intermediate, 2 * s.hidden * 2),
             "down": (s.hidden, s.intermediate * 2), "lmhead": (s.vocab, s.hidden * 2)}
+    # qkv pieces never straddle a KV group's q/k/v segment: the bound is the smallest R that fits in W pieces.
+    qkv_segments = [s.group * s.head_dim, s.head_dim, s.head_dim] * s.num_kv_heads
+    qkv_rows = max_piece_rows(qkv_segments, workers)
     for st in stage_stats(plan):
         kind = st.name.split(".")[-1]
         if kind in rows:
             n, row_bytes = rows[kind]
             assert st.bytes == n * row_bytes
-            assert st.max_bytes <= math.ceil(n / workers) * row_bytes, st
+            bound = qkv_rows if kind == "qkv" else math.ceil(n / workers)
+            assert st.max_bytes <= bound * row_bytes, st
+
+
+@pytest.mark.parametrize("name,workers", [("llama-3.2-1b-config.json", 132), ("smollm2-135m-config.json", 132),
+                                          ("smollm2-135m-config.json", 13)])
+def test_one_qkv_tile_per_worker_per_layer(name, workers):
+    """A second tile on a worker costs a fixed per-tile latency on the GPU; qkv pieces stay within a segment."""
+    plan = build_plan(cfg(name), workers)
+    qkv0 = {i for i in range(plan.header["num_tiles"])
+            if plan.tiles[i, COL["op"]] == Op.QKV and plan.tiles[i, COL["layer"]] == 0}
+    per_worker = [sum(1 for i in plan.worker_list(w).tolist() if i in qkv0) for w in range(workers)]
+    assert max(per_worker) == 1
 
 
 @pytest.mark.parametrize("vocab,workers", [(128256, 132), (49152, 7), (37, 140), (1, 3)])
