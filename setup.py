@@ -60,6 +60,24 @@ _USE_CUDA = (torch.version.cuda is not None and CUDA_HOME is not None
              and os.environ.get("TILES_FORCE_CPU") != "1")
 
 
+def _use_system_compiler():
+    """On the GPU image, Python's sysconfig compiler (/opt/gcc/bin/g++) links libstdc++ statically into the
+    extension; the private copy then crashes in torch's c10::str (seen on the H200 machine, 2026-11-30). Prefer the
+    system g++ there unless the user chose a compiler."""
+    import sysconfig
+    if os.environ.get("CXX") or not os.path.exists("/usr/bin/g++"):
+        return
+    import shutil
+    configured = (sysconfig.get_config_var("CXX") or "g++").split()[0]
+    resolved = os.path.realpath(shutil.which(configured) or configured)
+    if resolved.startswith("/opt/"):
+        os.environ.update(CXX="/usr/bin/g++", CC="/usr/bin/gcc", LDSHARED="/usr/bin/g++ -shared")
+        print(f"[tiles] using /usr/bin/g++ instead of {resolved} (static libstdc++ breaks torch's c10)")
+
+
+_use_system_compiler()
+
+
 def _extension():
     debug = os.environ.get("TILES_DEBUG") == "1"
     # -g0: Python's own CFLAGS carry -g, which slows the build and bloats the library for nothing here.
