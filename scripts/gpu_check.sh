@@ -34,7 +34,7 @@ echo "compiler: ${CXX:-default} ($(${CXX:-g++} --version | head -1))"
 static_stdcxx() { nm tiles_ext/_C*.so 2>/dev/null | grep -q read_utf8_code_point; }
 phase build 200 8 bash -c "$PY -m pip install --no-build-isolation --no-deps -q -e . && \
   o=\$(find build -name 'decode_kernel*.o' | head -1) && echo \"sass loads of \$o:\" && \
-  cuobjdump -sass \"\$o\" | grep -o 'LDG[A-Z0-9._]*' | sort | uniq -c; ldd tiles_ext/_C*.so | grep stdc" \
+  cuobjdump -sass \"\$o\" | grep -oE 'LDG[A-Z0-9._]*|UBLKCP[A-Z0-9._]*|SYNCS[A-Z0-9._]*' | sort | uniq -c; ldd tiles_ext/_C*.so | grep stdc" \
   || { echo "build failed"; exit 1; }
 if static_stdcxx; then
   echo "libstdc++ is linked statically into the extension: relinking against the shared libstdc++"
@@ -47,7 +47,8 @@ export KC_DEADLINE=$(( DEADLINE - 45 ))
 phase buffers 40 6 $PY -m pytest -q -s -p no:cacheprovider tests/test_cuda_buffers.py
 # Timing first (what this call is for), then the tests; KC_ARGS / KT_K (pytest -k) / SAN_OPT narrow or widen them.
 phase kernel_check ${KC_CAP:-200} 60 $PY scripts/kernel_check.py --quick ${KC_ARGS:---no-baseline}
-phase kernel_tests ${KT_CAP:-130} 30 $PY -m pytest -q -rfE -p no:cacheprovider --timeout 60 \
+# KT_OPT: the option set every test without its own runs under (the bit-identity test sets its own).
+phase kernel_tests ${KT_CAP:-130} 30 env ${KT_OPT:+TILES_KERNEL_OPT=$KT_OPT} $PY -m pytest -q -rfE -p no:cacheprovider --timeout 60 \
   tests/test_cuda_kernel.py -k "${KT_K:-not full_size and not torch_compile}"
 # The sanitizers run the option set named by SAN_OPT (default: every option on, the most code).
 TILES_KERNEL_OPT=${SAN_OPT:-127} SANITIZE_TIMEOUT=25 phase sanitize 55 8 bash scripts/sanitize.sh

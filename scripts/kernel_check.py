@@ -7,7 +7,8 @@ Measures, in one run on one GPU:
   - the read bandwidth (torch.sum over ~4 GB of bf16; the floor is the model's weight bytes over this),
   - the op's ms/token on the Llama-3.2-1B shape (random BF16 weights), batch 1: one token per launch (eager loop
     and CUDA-graph replay) and 64 tokens per launch, at context 32 and ~4096, plus the SmolLM2-135M shape,
-  - an L2-prefetch sweep (TILES_PREFETCH_BYTES / TILES_PREFETCH_NEXT) at context 32,
+  - the latency options (TILES_KERNEL_OPT sets, --opts): each timed and checked bit-identical to the first set,
+    the fastest identical set used for the rest; an L2-prefetch sweep under it (TILES_PREFETCH_BYTES / _NEXT),
   - the PyTorch baseline: the Transformers model's decode step (StaticCache) captured into a CUDA graph
     (torch.compile(mode="reduce-overhead") if manual capture fails),
   - a correctness summary: teacher-forced logits vs Transformers BF16/fp32, bit-identical repeats.
@@ -233,7 +234,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--opts", default="0,1,2,4,8,16,36,64,15,31,63,127,126,125,119,111,95",
+    ap.add_argument("--opts", default="0,1,2,4,8,16,36,64,15,31,63,127,126,125,119,111,95,91,223,479",
                     help="TILES_KERNEL_OPT sets to compare (the first is the bit-identity reference)")
     args = ap.parse_args()
     iters = 50 if args.quick else 200
@@ -288,7 +289,9 @@ def main():
 
     # Latency options (TILES_KERNEL_OPT bits, decode_kernel.h): each timed at context 32 (CUDA-graph replay) and
     # checked bit-identical to 0 (16 multi-token steps at context 32 and 4064: logits, tokens, the K cache).
-    os.environ["TILES_PREFETCH_BYTES"], os.environ["TILES_PREFETCH_NEXT"] = "65536", "0"
+    # Each set with the op's default prefetch window (0 with StageWeights, else 64 KB; decode_step_cuda.cpp).
+    os.environ.pop("TILES_PREFETCH_BYTES", None)
+    os.environ["TILES_PREFETCH_NEXT"] = "0"
     opt_list = [int(x) for x in args.opts.split(",")]
     opts, op = option_sweep(op, model, plan, opt_list, iters, res)
     res["llama_1b"]["kernel_opts"] = opts
@@ -317,7 +320,7 @@ def main():
                                         "prefetch_next": best["prefetch_next"]}
     save()
     for ctx in (32, 4064):
-        for o in dict.fromkeys([best_opt, 0, 127]):
+        for o in dict.fromkeys([best_opt, 95, 0]):  # 95: the v3 default
             os.environ["TILES_KERNEL_OPT"] = str(o)
             try:
                 t = time_op(op, ctx, iters)

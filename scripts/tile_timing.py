@@ -180,8 +180,10 @@ def main():
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--ctx", type=int, default=32)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "0")))
-    ap.add_argument("--prefetch", type=int, default=int(os.environ.get("TILES_PREFETCH_BYTES", "65536")))
+    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "95")),
+                    help="TILES_KERNEL_OPT sets, comma-separated (default: the kernel's kOptDefault, 95)")
+    ap.add_argument("--prefetch", type=int, default=int(os.environ.get("TILES_PREFETCH_BYTES", "-1")),
+                    help="L2 prefetch bytes (default as the op: 0 with StageWeights, else 65536)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -194,7 +196,8 @@ def main():
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
-        T, stride = run(lib, model, plan, args.ctx, args.steps, opt, args.prefetch)
+        pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128) else 65536)
+        T, stride = run(lib, model, plan, args.ctx, args.steps, opt, pf)
         r = analyse(plan, T, stride)
         result["runs"][str(opt)] = r
         print(f"\n{args.model} ctx {args.ctx} opt {opt}: {r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "

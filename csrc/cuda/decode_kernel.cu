@@ -75,6 +75,45 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// kOptBulkStage: mbarrier + 1-D bulk copy (TMA engine). Shared-memory addresses are 32-bit shared::cta addresses
+// (a CTA's own shared::cta address is a valid shared::cluster address; the kernel is launched without clusters).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
+// Generic-proxy accesses of this thread to shared memory before the async-proxy (bulk copy) writes after it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   const uint32_t wa[4] = {w.x, w.y, w.z, w.w};
   const uint32_t xa[4] = {x.x, x.y, x.z, x.w};
@@ -515,20 +554,108 @@ __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t*
   cp_async_commit();
 }
 
+__device__ __forceinline__ bool op_is_matvec(int32_t op) {
+  return op == kOpQkv || op == kOpResid || op == kOpGateup || op == kOpLmhead;
+}
+
+// kOptBulkStage state, per warp (every lane of a warp holds the same values; registers of the kernel's loop).
+// Each warp owns one stage region (kStageBytesPerWarp: its first batch, row A then row B, the chunks in the order
+// the matvec's lanes read them) and one mbarrier. The barrier completes one phase per armed batch; `phase` is the
+// parity of the next completion. A batch is armed for one local tile index and consumed (waited for) exactly once
+// before the region is re-armed or the block exits.
+struct BulkCtx {
+  uint8_t* stage;        // all warps' regions: stage + warp * kStageBytesPerWarp
+  uint64_t* bars;        // [kWarps]
+  uint32_t phase;
+  int32_t armed;         // local tile index whose batch is staged / in flight in this warp's region, -1 none
+  int32_t k;             // local index of the running tile
+  int32_t k2;            // local index of the worker's next matvec tile in this step, -1 none
+  const int32_t* rec2;   // its local plan record (kOptPlanSmem) or null
+  int32_t tile2;         // its plan tile index (blob read when rec2 is null)
+};
+
+// Lane 0: issues this warp's first batch of tile t (the same item and chunks as stage_first_batch) as at most two
+// 1-D bulk copies completing on the warp's mbarrier. False when the warp has no item in t (nothing armed).
+__device__ bool bulk_issue_lane0(const KernelParams& p, const Tile& t, uint8_t* stage, uint64_t* bars) {
+  const int warp = threadIdx.x >> 5;
+  const int32_t cols = weight_cols(p, t.weight);
+  const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
+  if (warp >= m.items) return false;
+  const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
+                                    t.row_begin, t.row_end, cols, warp);
+  int32_t n = it.c1 - it.c0;
+  if (n > 32 * kUnroll) n = 32 * kUnroll;
+  if (n < 0) n = 0;
+  const uint32_t bytes = static_cast<uint32_t>(n) * 16u;  // rows are 16-byte aligned: cols % 8 == 0 (host check)
+  uint8_t* sw = stage + warp * kStageBytesPerWarp;
+  uint64_t* bar = bars + warp;
+  mbar_arrive_expect_tx(bar, it.bvalid ? 2u * bytes : bytes);
+  if (bytes > 0) {
+    bulk_copy_g2s(sw, it.A + int64_t(it.c0) * 8, bytes, bar);
+    if (it.bvalid) bulk_copy_g2s(sw + kUnroll * 32 * 16, it.B + int64_t(it.c0) * 8, bytes, bar);
+  }
+  return true;
+}
+
+// Warp-level: waits (bounded) for the warp's armed batch, if any. After it the region may be read, or re-armed.
+__device__ void bulk_consume(const KernelParams& p, BulkCtx& bc) {
+  if (bc.armed < 0) return;
+  uint64_t* bar = bc.bars + (threadIdx.x >> 5);
+  if (!mbar_try_wait(bar, bc.phase)) {
+    const uint64_t t0 = global_ns();
+    while (!mbar_try_wait(bar, bc.phase)) {
+      if (global_ns() - t0 > p.timeout_ns) {
+        // A bulk copy that never lands (a fault would have stopped the launch): report it, stop waiting.
+        raise_error(p, kErrorWaitTimeout, blockIdx.x, bc.armed, -1, -2, bc.phase, 0u);
+        break;
+      }
+    }
+  }
+  bc.phase ^= 1u;
+  bc.armed = -1;
+}
+
+// Warp-level: arms the warp's region with tile t's first batch (local index kk). The region must be free (consumed).
+// The __syncwarp + proxy fence order the lanes' earlier generic reads of the region before the copy engine's writes.
+__device__ void bulk_arm(const KernelParams& p, BulkCtx& bc, const Tile& t, int32_t kk) {
+  __syncwarp();
+  int a = 0;
+  if ((threadIdx.x & 31) == 0) {
+    fence_proxy_async_smem();
+    a = bulk_issue_lane0(p, t, bc.stage, bc.bars) ? 1 : 0;
+  }
+  a = __shfl_sync(0xffffffffu, a, 0);
+  bc.armed = a ? kk : -1;
+}
+
+// Warp-level, once the warp no longer needs its region for the running tile: stage the next matvec tile's batch.
+__device__ void bulk_next(const KernelParams& p, BulkCtx& bc) {
+  bulk_consume(p, bc);  // a batch armed but never read (an item with an empty slice) still completes first
+  if (bc.k2 < 0) return;
+  const Tile t2 = bc.rec2 != nullptr ? load_tile_rec(bc.rec2) : load_tile(p, bc.tile2);
+  bulk_arm(p, bc, t2, bc.k2);
+}
+
 // `stage`: this block's first weight batches copied before the wait (kOptStageWeights) or null.
-__device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h, const MatvecOut& o,
-                       float* red, const uint8_t* stage) {
+// `bc`: kOptBulkStage state (null otherwise): this warp's batch, when armed for this tile, is read from its region
+// after the warp's mbarrier wait; after the warp's first batch the region takes the next matvec tile's batch.
+__device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h,
+                       const MatvecOut& o, float* red, const uint8_t* stage, BulkCtx* bc) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
   const uint4* hv = reinterpret_cast<const uint4*>(h);
   if (stage != nullptr) cp_async_wait_all();
+  const uint8_t* bstage = bc != nullptr && bc->armed == bc->k ? bc->stage : nullptr;
+  bool next_done = bc == nullptr;
   for (int32_t item = warp; item < m.items; item += kWarps) {
     const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
     float a0 = 0.f, a1 = 0.f;
     for (int32_t base = it.c0; base < it.c1; base += 32 * kUnroll) {
       uint4 wa[kUnroll], wb[kUnroll];
-      if (stage != nullptr && item == warp && base == it.c0) {
-        const uint8_t* sw = stage + warp * kStageBytesPerWarp;
+      const bool from_bulk = bstage != nullptr && item == warp && base == it.c0;
+      if ((stage != nullptr || from_bulk) && item == warp && base == it.c0) {
+        if (from_bulk) bulk_consume(p, *bc);
+        const uint8_t* sw = (from_bulk ? bstage : stage) + warp * kStageBytesPerWarp;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const bool in = base + u * 32 + lane < it.c1;
@@ -558,6 +685,10 @@ __device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, cons
           a1 = dot8(wb[u], x, a1);
         }
       }
+      if (!next_done) {  // the staged batch has been used: the region takes the next tile's batch
+        bulk_next(p, *bc);
+        next_done = true;
+      }
     }
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
@@ -570,6 +701,7 @@ __device__ void matvec(const uint16_t* W, const uint16_t* W2, int32_t cols, cons
       }
     }
   }
+  if (!next_done) bulk_next(p, *bc);  // warps without items (or with empty slices) in this tile
   if (m.ksplit > 1) {
     __syncthreads();
     for (int32_t unit = threadIdx.x; unit < m.nunits; unit += kThreads) {
@@ -826,14 +958,21 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 // `times`: this tile's three timestamps (TILES_TILE_TIMING builds) or null.
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
-                         unsigned long long* times) {
+                         unsigned long long* times, BulkCtx* bc) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0 && times != nullptr) times[0] = global_ns();
 #endif
-  const bool is_matvec = t.op == kOpQkv || t.op == kOpResid || t.op == kOpGateup || t.op == kOpLmhead;
-  uint8_t* stage = (p.opt & kOptStageWeights) && is_matvec ? smem + L.stage : nullptr;
+  const bool is_matvec = op_is_matvec(t.op);
+  const bool bulk = bc != nullptr && is_matvec;
+  uint8_t* stage = (p.opt & kOptStageWeights) && !bulk && bc == nullptr && is_matvec ? smem + L.stage : nullptr;
   if (stage != nullptr) stage_first_batch(p, t, stage);
+  if (bulk && bc->armed != bc->k) {
+    // Not staged by the previous matvec tile (the step's first one): stage it now, before the wait. The copy engine
+    // moves it; the poll and the input loads do not queue behind it.
+    bulk_consume(p, *bc);
+    bulk_arm(p, *bc, t, bc->k);
+  }
   const bool attn_pre = t.op == kOpAttn && (p.opt & kOptAttnPrestage);
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
   if (!wait_tile(p, t, sc.epoch, worker, ti, sc.step, rec)) {
@@ -900,7 +1039,8 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         o.resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
       }
       if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
-      matvec(p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage);
+      matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
+             bulk ? bc : nullptr);
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
         // wrote: the fence makes each writer's stores visible at L2 before the barrier.
@@ -1036,6 +1176,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   int32_t steps_done = p.num_steps;
   const bool plan_local = (p.opt & kOptPlanSmem) && load_plan_smem(p, L, tbeg, tend);
   const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
+  const bool bulk = (p.opt & kOptBulkStage) != 0;
+  BulkCtx bc;
+  bc.stage = smem + L.stage;
+  bc.bars = reinterpret_cast<uint64_t*>(smem + L.bars);
+  bc.phase = 0u;
+  bc.armed = -1;
+  bc.k = -1;
+  bc.k2 = -1;
+  bc.rec2 = nullptr;
+  bc.tile2 = -1;
+  if (bulk) {
+    if (tid < kWarps) mbar_init(bc.bars + tid, 1u);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncthreads();
+  }
+  // Op of the worker's k-th tile (kOptBulkStage's look-ahead; a local record read when the plan is in smem).
+  auto op_k = [&](int32_t k) -> int32_t {
+    if (plan_local) return recs[(k - tbeg) * kPlanRecWords + offsetof(Tile, op) / 4];
+    return __ldg(p.plan + p.h.tiles_offset + __ldg(wtiles + k) * kTileWords + offsetof(Tile, op) / 4);
+  };
   // The k-th tile of this worker (and its local record, or null).
   auto tile_k = [&](int32_t k, const int32_t** rec) -> Tile {
     if (plan_local) {
@@ -1075,7 +1235,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       __syncthreads();
       const int ok = s_flag, stop = s_stop;
       __syncthreads();
-      if (!ok) return;
+      if (!ok) {
+        bulk_consume(p, bc);  // no copy may land in a block that has exited
+        return;
+      }
       if (stop) {
         steps_done = s;
         break;
@@ -1099,7 +1262,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       if (p.tile_times != nullptr && k - tbeg < p.tile_times_stride)
         times = p.tile_times + ((int64_t(s) * p.h.num_workers + worker) * p.tile_times_stride + (k - tbeg)) * 3;
 #endif
-      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times)) return;
+      if (bulk) {
+        bc.k = k;
+        bc.k2 = -1;
+        bc.rec2 = nullptr;
+        bc.tile2 = -1;
+        if (op_is_matvec(t.op) && !(p.opt & kOptBulkNoAhead)) {
+          for (int32_t j = k + 1; j < tend; ++j) {
+            if (op_is_matvec(op_k(j))) {
+              bc.k2 = j;
+              bc.rec2 = plan_local ? recs + (j - tbeg) * kPlanRecWords : nullptr;
+              bc.tile2 = __ldg(wtiles + j);
+              break;
+            }
+          }
+        }
+      }
+      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr)) {
+        bulk_consume(p, bc);  // no copy may land in a block that has exited
+        return;
+      }
     }
   }
 

@@ -25,7 +25,8 @@ constexpr int kUnroll = 8;             // 16-byte weight chunks per lane and row
 constexpr int kNormRegs = 8;           // residual elements per thread held in registers by the one-read RMSNorm
 constexpr int kStageBytesPerWarp = 2 * kUnroll * 32 * 16;  // one batch of two rows (kOptStageWeights)
 
-// Latency options, a bitmask (TILES_KERNEL_OPT; 0 = the path verified on the H200 on 2026-11-30). Every option
+// Latency options, a bitmask (TILES_KERNEL_OPT; default kOptDefault; 0 = the v1 path). All verified on the H200
+// on 2026-11-30 (docs/perf-log.md v3). Every option
 // leaves every result bit-identical (same values, same reduction order); tests/test_cuda_kernel.py checks that.
 constexpr int32_t kOptNormRegs = 1;      // RMSNorm reads the fp32 residual once (registers), not twice
 constexpr int32_t kOptResidSmem = 2;     // RESID loads its residual rows together with its input vector
@@ -34,10 +35,22 @@ constexpr int32_t kOptNoFence = 8;       // no __threadfence before the release 
 constexpr int32_t kOptPlanSmem = 16;     // the worker's tile + wait records, buffer offsets, weight widths in smem
 constexpr int32_t kOptPrefetchPastStage = 32;  // with StageWeights: the L2 prefetch starts after the staged rows
 constexpr int32_t kOptAttnPrestage = 64;  // ATTN: RoPE tables + cached K/V rows < pos of chunk 1 staged before the wait
-constexpr int32_t kOptAll = 127;
+// Replaces 4's cp.async staging: each warp's first batch goes to shared memory by 1-D bulk copies (TMA engine,
+// completing on a per-warp mbarrier), not through the LSU queue that the poll and the input loads use; and once a
+// warp has read its staged batch it issues the batch of the worker's NEXT matvec tile into the same place, so
+// those weights stream while the current tile computes (docs/perf-log.md v4).
+// Measured (v4): 95|128 1.178 ms against 1.082 for 95: hand-offs back to ~0.5 us, but the look-ahead copies take the
+// current tile's bandwidth (the next tile's 64-128 KB per SM land inside the current, critical tile).
+constexpr int32_t kOptBulkStage = 128;
+// With 128: no look-ahead; each matvec tile stages its own first batch by bulk copies just before its wait (after
+// the previous tile's signal, when this SM streams nothing else): bit 4's timing through the copy engine. Not yet
+// measured on the device (v4 in docs/perf-log.md).
+constexpr int32_t kOptBulkNoAhead = 256;
+constexpr int32_t kOptAll = 511;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
-constexpr int32_t kOptDefault = 0;
+constexpr int32_t kOptDefault =  // 95: 1.082 ms/token against 1.102 for 0 (Llama-1B, context 32, v4)
+    kOptNormRegs | kOptResidSmem | kOptStageWeights | kOptNoFence | kOptPlanSmem | kOptAttnPrestage;
 
 // kOptPlanSmem: per local tile a record of kPlanRecWords: the Tile (18 words), then up to kPlanRecWaits Wait records
 // (a tile with more waits reads them from the blob). 96 bytes, a multiple of 16.
@@ -93,7 +106,8 @@ struct SmemLayout {
   int32_t vbuf;     // bf16 V chunk [chunk][hd]
   int32_t msf;      // fp32 merge scale factors [G * P]
   int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
-  int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights; else empty)
+  int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
+  int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; else empty
   int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
   int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
   int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
@@ -137,7 +151,8 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.vbuf = o; o += up16(s.chunk * hd * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);
   s.rsd = o; o += up16(h.hidden * 4);
-  s.stage = o; o += (opt & kOptStageWeights) ? kWarps * kStageBytesPerWarp : 0;
+  s.stage = o; o += (opt & (kOptStageWeights | kOptBulkStage)) ? kWarps * kStageBytesPerWarp : 0;
+  s.bars = o; o += (opt & kOptBulkStage) ? up16(kWarps * 8) : 0;
   s.total = o;
   return s;
 }
