@@ -5,7 +5,8 @@
 # summary table ends the log. Logs and results are copied to $OUT when it is set (the device tool returns it).
 #
 # Knobs: TILES_GPU_TEST_TIMEOUT (s, default 200), TILES_BENCH_BUDGET (s, default: what is left of
-# TILES_TOTAL_BUDGET=500 s after the earlier phases, at least 120), TILES_PYTEST_ARGS (extra pytest args).
+# TILES_TOTAL_BUDGET=500 s after the earlier phases, at least 120), TILES_PYTEST_ARGS (extra pytest args),
+# TILES_BENCH_ARGS (extra bench args, e.g. --context-sweep).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1
@@ -66,7 +67,8 @@ bench() {
     local left=$(( ${TILES_TOTAL_BUDGET:-500} - ($(date +%s) - T_START) ))
     local budget=${TILES_BENCH_BUDGET:-$(( left > 120 ? left : 120 ))}
     echo "[gpu] bench budget ${budget} s"
-    timeout -k 10 $(( budget + 45 )) "$PY" -P -m tiles_ext.bench --gpu --budget-s "$budget"
+    # shellcheck disable=SC2086
+    timeout -k 10 $(( budget + 45 )) "$PY" -P -m tiles_ext.bench --gpu --budget-s "$budget" ${TILES_BENCH_ARGS:-}
 }
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ def _plt():
     return plt
 
 
+def _color(plt, system: str):
+    """One colour per system, the same in every figure and every run."""
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return colors[list(SYSTEMS).index(system) % len(colors)]
+
+
 def bars(result: dict, path: Path) -> Path | None:
     ok = [r for r in result["rows"] if r["status"] == "ok"]
     if not ok:
@@ -23,7 +29,6 @@ def bars(result: dict, path: Path) -> Path | None:
     systems = [s for s in SYSTEMS if any(r["system"] == s for r in ok)]
     width = 0.8 / max(1, len(systems))
     fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(workloads) + 2), 4.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, s in enumerate(systems):
         xs, ys, lo, hi = [], [], [], []
         for j, w in enumerate(workloads):
@@ -34,7 +39,7 @@ def bars(result: dict, path: Path) -> Path | None:
                 ys.append(m["median"])
                 lo.append(m["median"] - m["min"])
                 hi.append(m["max"] - m["median"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=SYSTEMS[s][1], color=colors[i % len(colors)])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=SYSTEMS[s][1], color=_color(plt, s))
     for j, w in enumerate(workloads):
         f = w["floor"]["floor_ms"]
         ax.hlines(f, j - 0.45, j + 0.45, colors="k", linestyles="--", linewidth=1,
@@ -61,7 +66,8 @@ def context_sweep(result: dict, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for s in [s for s in SYSTEMS if any(p["system"] == s for p in pts)]:
         ps = sorted((p for p in pts if p["system"] == s), key=lambda p: p["context"])
-        ax.plot([p["context"] for p in ps], [p["ms_per_token"] for p in ps], "o-", label=SYSTEMS[s][1])
+        ax.plot([p["context"] for p in ps], [p["ms_per_token"] for p in ps], "o-", label=SYSTEMS[s][1],
+                color=_color(plt, s))
     fl = sorted({(p["context"], p["floor_ms"]) for p in pts})
     ax.plot([c for c, _ in fl], [f for _, f in fl], "k--", label="memory floor")
     ax.set_xscale("log", base=2)
