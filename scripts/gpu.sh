@@ -49,7 +49,7 @@ EOF
 }
 
 build() {
-    # setup.sh: on a CUDA machine it installs nothing, only builds (pip install --no-build-isolation --no-deps -e .)
+    # setup.sh: on a CUDA machine it keeps the image's torch and builds (pip install --no-build-isolation --no-deps -e .)
     source scripts/setup.sh || return 1
     [ "$TILES_GPU" = 1 ] || { echo "[gpu] torch sees no CUDA device"; return 1; }
     (cd / && "$PY" -c "import torch, tiles_ext; assert torch._C._dispatch_has_kernel_for_dispatch_key(

