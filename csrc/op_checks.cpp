@@ -9,14 +9,21 @@ namespace {
 
 std::string shape_str(const at::Tensor& t) { return c10::str(t.sizes()); }
 
-void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, c10::Device device) {
-  TORCH_CHECK(t.defined(), "tiles::decode_step: ", name, " is undefined");
-  TORCH_CHECK(t.scalar_type() == dtype, "tiles::decode_step: ", name, " has dtype ", t.scalar_type(),
+// `name` is a callable giving the argument's name; TORCH_CHECK formats its message only on failure, so the
+// per-call cost of checking ~180 tensors stays free of string building.
+template <typename Name>
+void check_tensor(const at::Tensor& t, const Name& name, at::ScalarType dtype, c10::Device device) {
+  TORCH_CHECK(t.defined(), "tiles::decode_step: ", name(), " is undefined");
+  TORCH_CHECK(t.scalar_type() == dtype, "tiles::decode_step: ", name(), " has dtype ", t.scalar_type(),
               ", expected ", dtype);
-  TORCH_CHECK(t.device() == device, "tiles::decode_step: ", name, " is on ", t.device(), ", expected ", device,
+  TORCH_CHECK(t.device() == device, "tiles::decode_step: ", name(), " is on ", t.device(), ", expected ", device,
               " (all tensors must be on the plan's device)");
-  TORCH_CHECK(t.is_contiguous(), "tiles::decode_step: ", name, " must be contiguous (got strides ", t.strides(),
+  TORCH_CHECK(t.is_contiguous(), "tiles::decode_step: ", name(), " must be contiguous (got strides ", t.strides(),
               " for shape ", t.sizes(), ")");
+}
+
+void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, c10::Device device) {
+  check_tensor(t, [name] { return name; }, dtype, device);
 }
 
 }  // namespace
@@ -112,17 +119,17 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
               kLayerSlots, " + ", kFinalSlots, "; use tiles_ext.runtime.model_weights)");
   for (size_t i = 0; i < weights.size(); ++i) {
     const at::Tensor& w = weights[i];
-    const std::string name = c10::str("weights[", i, "] (", weight_slot_name(h, i),
-                                      i < size_t(h.num_layers) * kLayerSlots
-                                          ? c10::str(", layer ", i / kLayerSlots)
-                                          : std::string(),
-                                      ")");
-    check_tensor(w, name.c_str(), at::kBFloat16, device);
+    const auto name = [&h, i] {
+      return c10::str("weights[", i, "] (", weight_slot_name(h, i),
+                      i < size_t(h.num_layers) * kLayerSlots ? c10::str(", layer ", i / kLayerSlots) : std::string(),
+                      ")");
+    };
+    check_tensor(w, name, at::kBFloat16, device);
     int64_t rows, cols;
     expected_weight_shape(h, i, &rows, &cols);
     const bool ok = cols == 0 ? (w.dim() == 1 && w.size(0) == rows)
                               : (w.dim() == 2 && w.size(0) == rows && w.size(1) == cols);
-    TORCH_CHECK(ok, "tiles::decode_step: ", name, " has shape ", shape_str(w), ", the plan expects ",
+    TORCH_CHECK(ok, "tiles::decode_step: ", name(), " has shape ", shape_str(w), ", the plan expects ",
                 cols == 0 ? c10::str("[", rows, "]") : c10::str("[", rows, ", ", cols, "]"),
                 " (plan made for another model?)");
   }
@@ -135,11 +142,11 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
   for (int64_t l = 0; l < h.num_layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       const at::Tensor& c = kv == 0 ? k_cache[l] : v_cache[l];
-      const std::string name = c10::str(kv == 0 ? "k_cache[" : "v_cache[", l, "]");
-      check_tensor(c, name.c_str(), at::kBFloat16, device);
+      const auto name = [kv, l] { return c10::str(kv == 0 ? "k_cache[" : "v_cache[", l, "]"); };
+      check_tensor(c, name, at::kBFloat16, device);
       TORCH_CHECK(c.dim() == 4 && c.size(0) == 1 && c.size(1) == h.num_kv_heads && c.size(2) == max_len &&
                       c.size(3) == h.head_dim,
-                  "tiles::decode_step: ", name, " has shape ", shape_str(c), ", expected [1, ", h.num_kv_heads,
+                  "tiles::decode_step: ", name(), " has shape ", shape_str(c), ", expected [1, ", h.num_kv_heads,
                   ", max_cache_len, ", h.head_dim, "] with the same max_cache_len (", max_len,
                   ") for every layer (batch 1 only)");
     }
