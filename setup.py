@@ -137,7 +137,7 @@ setup(
     package_data={"tiles_ext.configs": ["*.json"]},
     ext_modules=[_extension()],
     cmdclass={"build_ext": TimedBuildExt.with_options(use_ninja=True)},
-    install_requires=["torch>=2.4", "transformers>=5.0", "safetensors", "numpy"],
+    install_requires=["torch>=2.4", "transformers>=5.4", "safetensors", "numpy"],
     extras_require={"gguf": ["gguf", "accelerate"], "test": ["pytest", "hypothesis"]},
     zip_safe=False,
 )
