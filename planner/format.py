@@ -43,7 +43,6 @@ Ops (buffers named by id into the buffer table; "row r" means output row r of th
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 
 MAGIC = 0x454C4954  # "TILE" little-endian
