@@ -45,7 +45,14 @@ def make_generate(model, state):
         if route == "fast":
             kw["custom_generate"] = FastGreedy(state, kw.get("streamer"))
         if kw.get("cache") is None and kw.get("past_key_values") is None and kw.get("cache_implementation") is None:
-            kw["cache_implementation"] = "static"
+            passed = kw.get("generation_config")
+            if passed is None:
+                kw["cache_implementation"] = "static"
+            elif passed.cache_implementation is None:
+                # Set it on a copy of the caller's config: a keyword beside a generation_config is deprecated.
+                passed = copy.deepcopy(passed)
+                passed.cache_implementation = "static"
+                kw["generation_config"] = passed
         state.trusted = True
         try:
             out = original(**kw)

@@ -92,6 +92,25 @@ def test_generate_without_arguments_and_repeated_calls(patched, prompt, greedy_t
     assert torch.equal(out, full[:, :p + 3])
 
 
+def test_generation_config_argument_keeps_the_tile_path(patched, prompt, greedy_tiles, monkeypatch):
+    """A caller's GenerationConfig: the tile path still gets its StaticCache (set on a copy, not as a keyword
+    beside the config, which Transformers reports as deprecated), and the caller's object is left as it was."""
+    from transformers import GenerationConfig
+    from transformers.generation import utils as generation_utils
+    said = []
+    monkeypatch.setattr(generation_utils.logger, "warning_once", lambda msg, *a, **k: said.append(str(msg)))
+    full = greedy_tiles[0].sequences
+    p = prompt["input_ids"].shape[1]
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, eos_token_id=patched.generation_config.eos_token_id,
+                              pad_token_id=patched.generation_config.pad_token_id)
+    with count_op_calls() as ops:
+        out = patched.generate(**prompt, generation_config=config)
+    assert torch.equal(out, full[:, :p + 4])
+    assert ops["calls"] == 3
+    assert config.cache_implementation is None
+    assert not [m for m in said if "together with generation-related" in m], said
+
+
 def test_eos_ids_and_stopping_criteria(patched, prompt, greedy_tiles):
     full = greedy_tiles[0].sequences
     p = prompt["input_ids"].shape[1]
