@@ -23,7 +23,6 @@ class TileSpec:
     op: Op
     stage: int
     piece: int                      # tiles of one piece go to one worker
-    name: str
     fields: dict                    # Tile fields other than wait_begin / wait_count
     waits: list = field(default_factory=list)   # (counter, count, step_offset)
 
@@ -53,9 +52,6 @@ class TileGraph:
     lm_tiles: int
     argmax_counter: int
     context_hint: int
-
-    def buffer_id(self, name: str) -> int:
-        return next(i for i, b in enumerate(self.buffers) if b.name == name)
 
 
 POLICIES = ("tiles", "waves")
@@ -165,7 +161,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         stage_counters.append([counter(c) for c in counter_names])
         return len(stages) - 1
 
-    def add(op, stage, piece, name, signal, waits, **f):
+    def add(op, stage, piece, signal, waits, **f):
         base = {k: -1 for k, _ in TILE.fields}
         base.update(op=int(op), layer=-1, row_begin=0, row_end=0, out_offset=0, aux0=0, aux1=0,
                     wait_begin=0, wait_count=0, weight_bytes=0)
@@ -175,7 +171,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         if policy == "waves" and stage > 0:
             prev = stage_counters[stage - 1]
             waits = [(c, None, 0) for c in prev] + [w for w in waits if w[2] != 0]
-        tiles.append(TileSpec(op, stage, piece, name, base, waits))
+        tiles.append(TileSpec(op, stage, piece, base, waits))
 
     def full(counter_name):
         """Wait for every arrival at a counter in this step (count filled in once all tiles exist)."""
@@ -183,7 +179,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
 
     # EMBED: waits for the previous step's token.
     st = new_stage("embed", ["embed"])
-    add(Op.EMBED, st, 0, "embed", cid["embed"], [("argmax", None, -1)],
+    add(Op.EMBED, st, 0, cid["embed"], [("argmax", None, -1)],
         weight=W(0, "embed"), out_buf=bid["x0"], row_begin=0, row_end=1, weight_bytes=H * 2)
 
     for l in range(L):
@@ -196,8 +192,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         for piece, (which, h), r0, r1 in cut_rows(segs, workers):
             base_row = h * (G * hd if which == "q" else hd)
             out = {"q": f"q{l}", "k": f"knew{l}", "v": f"vnew{l}"}[which]
-            add(Op.QKV, st, piece, f"L{l}.{which}[g{h}] rows {base_row + r0}:{base_row + r1}",
-                cid[f"qkv{l}.{h}"], [full(x_in)],
+            add(Op.QKV, st, piece, cid[f"qkv{l}.{h}"], [full(x_in)],
                 layer=l, weight=W(l, which), norm=W(l, "input_norm"), in_buf=bid[f"x{l}"],
                 row_begin=base_row + r0, row_end=base_row + r1, out_buf=bid[out], out_offset=base_row + r0,
                 weight_bytes=(r1 - r0) * H * 2)
@@ -206,40 +201,40 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         per = -(-context_hint // P)
         for h in range(s.num_kv_heads):
             for p in range(P):
-                add(Op.ATTN, st, h * P + p, f"L{l}.attn[h{h} p{p}]", cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
+                add(Op.ATTN, st, h * P + p, cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
                     layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
                     out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
                     weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
         st = new_stage(f"L{l}.merge", [f"merge{l}"])
         for h in range(s.num_kv_heads):
-            add(Op.MERGE, st, h, f"L{l}.merge[h{h}]", cid[f"merge{l}"], [full(f"attn{l}.{h}")],
+            add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")],
                 layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
                 weight_bytes=P * G * (hd + 2) * 4)
         st = new_stage(f"L{l}.o", [f"o{l}"])
         for piece, _, r0, r1 in cut_rows([("o", H)], workers):
-            add(Op.RESID, st, piece, f"L{l}.o rows {r0}:{r1}", cid[f"o{l}"], [full(f"merge{l}")],
+            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
                 layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
                 out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
         st = new_stage(f"L{l}.gateup", [f"gateup{l}"])
         for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], workers):
-            add(Op.GATEUP, st, piece, f"L{l}.gateup rows {r0}:{r1}", cid[f"gateup{l}"], [full(f"o{l}")],
+            add(Op.GATEUP, st, piece, cid[f"gateup{l}"], [full(f"o{l}")],
                 layer=l, weight=W(l, "gate"), weight2=W(l, "up"), norm=W(l, "post_norm"), in_buf=bid[f"xm{l}"],
                 out_buf=bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
                 weight_bytes=2 * (r1 - r0) * H * 2)
         st = new_stage(f"L{l}.down", [f"down{l}"])
         for piece, _, r0, r1 in cut_rows([("down", H)], workers):
-            add(Op.RESID, st, piece, f"L{l}.down rows {r0}:{r1}", cid[f"down{l}"], [full(f"gateup{l}")],
+            add(Op.RESID, st, piece, cid[f"down{l}"], [full(f"gateup{l}")],
                 layer=l, weight=W(l, "down"), in_buf=bid[f"act{l}"], in2_buf=bid[f"xm{l}"],
                 out_buf=bid[f"x{l + 1}"], row_begin=r0, row_end=r1, out_offset=r0,
                 weight_bytes=(r1 - r0) * s.intermediate * 2)
 
     st = new_stage("lmhead", ["lm"])
     for slot, (piece, _, r0, r1) in enumerate(lm_segments):
-        add(Op.LMHEAD, st, piece, f"lmhead rows {r0}:{r1}", cid["lm"], [full(f"down{L - 1}")],
+        add(Op.LMHEAD, st, piece, cid["lm"], [full(f"down{L - 1}")],
             weight=W(0, "lm_head"), norm=W(0, "final_norm"), in_buf=bid[f"x{L}"], out_buf=bid["lm_partial"],
             row_begin=r0, row_end=r1, aux0=slot, weight_bytes=(r1 - r0) * H * 2)
     st = new_stage("argmax", ["argmax"])
-    add(Op.ARGMAX, st, 0, "argmax", cid["argmax"], [full("lm")], in_buf=bid["lm_partial"], aux0=lm_tiles,
+    add(Op.ARGMAX, st, 0, cid["argmax"], [full("lm")], in_buf=bid["lm_partial"], aux0=lm_tiles,
         weight_bytes=lm_tiles * 8)
 
     # Resolve counts: a wait covers every arrival at its counter in a step.

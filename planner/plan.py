@@ -1,7 +1,7 @@
 """Plan: a scheduled tile graph and its int32 blob (layout in format.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,7 +43,6 @@ class Plan:
     worker_offsets: np.ndarray  # [num_workers + 1]
     worker_tiles: np.ndarray   # [num_tiles]
     weight_shapes: np.ndarray  # [num_weights, 2]
-    names: list = field(default_factory=list)  # optional name overrides; plans name tiles by describe_tile
     policy: str = "tiles"
 
     @property
@@ -54,8 +53,6 @@ class Plan:
         return dict(zip((f for f, _ in TILE.fields), (int(v) for v in self.tiles[i])))
 
     def tile_name(self, i: int) -> str:
-        if i < len(self.names) and self.names[i]:
-            return self.names[i]
         return describe_tile(self.tile(i), self.header)
 
     def worker_list(self, w: int) -> np.ndarray:

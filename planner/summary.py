@@ -4,13 +4,14 @@ Stages are recovered from the blob alone (op, layer, weight slot), so a loaded p
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import cost
-from .format import TILE, WAIT, Op
+from .format import TILE, Op
+from .order import step_order
 from .plan import slot_name
 
 
@@ -35,34 +36,14 @@ def tile_stages(plan) -> list[str]:
 
 def dependency_depth(plan) -> int:
     """Longest chain of wait hand-offs within a step, counting tiles (EMBED alone = 1)."""
-    h = plan.header
-    n, C = h["num_tiles"], h["num_counters"]
-    T = np.asarray(plan.tiles)
-    signal = T[:, TILE.index("signal")].tolist()
-    wb, wc = T[:, TILE.index("wait_begin")].tolist(), T[:, TILE.index("wait_count")].tolist()
-    waits = np.asarray(plan.waits).reshape(-1, WAIT.words).tolist()
-    ctrs = [{c for c, _, o in waits[wb[i]:wb[i] + wc[i]] if o == 0} for i in range(n)]
-    left = Counter(signal)
-    waiters = [[] for _ in range(C)]
-    indeg = [len(cs) for cs in ctrs]
-    for i, cs in enumerate(ctrs):
-        for c in cs:
-            waiters[c].append(i)
-    cdepth = [0] * C
-    depth = [0] * n
-    ready = deque(i for i in range(n) if indeg[i] == 0)
-    while ready:
-        i = ready.popleft()
-        depth[i] = 1 + max((cdepth[c] for c in ctrs[i]), default=0)
-        c = signal[i]
-        cdepth[c] = max(cdepth[c], depth[i])
-        left[c] -= 1
-        if left[c] == 0:
-            for j in waiters[c]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    ready.append(j)
-    return max(depth)
+    g = step_order(plan)
+    cdepth = [0] * plan.header["num_counters"]
+    depth = 0
+    for i in g.order:   # every signaller of a waited counter comes before its waiter
+        d = 1 + max((cdepth[c] for c in g.waits[i]), default=0)
+        cdepth[g.signal[i]] = max(cdepth[g.signal[i]], d)
+        depth = max(depth, d)
+    return depth
 
 
 @dataclass

@@ -18,12 +18,12 @@ Ancestor sets are Python-int bitsets over tiles, computed once in topological or
 """
 from __future__ import annotations
 
-from collections import deque
 
 import numpy as np
 
 from . import format as fmt
 from .format import BUFFER, HEADER, TILE, WAIT, DType, Op
+from .order import step_order
 
 
 class PlanError(ValueError):
@@ -463,53 +463,20 @@ class _Checker:
 
     def happens_before(self):
         """anc[i]: bitset of tiles that finish before tile i starts within a step. Raises on a cycle."""
-        n, C = self.h["num_tiles"], self.h["num_counters"]
-        prev = [-1] * n
-        nxt = [-1] * n
-        off = np.asarray(self.plan.worker_offsets).tolist()
-        wt = np.asarray(self.plan.worker_tiles).tolist()
-        for w in range(self.h["num_workers"]):
-            lst = wt[off[w]:off[w + 1]]
-            for a, b in zip(lst, lst[1:]):
-                prev[b], nxt[a] = a, b
-        waiters = [[] for _ in range(C)]
-        indeg = [0] * n
-        for i, ws in enumerate(self.tile_waits):
-            ctrs = {ctr for ctr, _, o in ws if o == 0}
-            for ctr in ctrs:
-                waiters[ctr].append(i)
-            indeg[i] = len(ctrs) + (prev[i] >= 0)
-            self.tile_waits[i] = ctrs
-        ctr_left = [len(sg) for sg in self.signalers]
-        anc = [0] * n          # ancestors of i, plus i itself
-        ctr_anc = [0] * C
-        ready = deque(i for i in range(n) if indeg[i] == 0)
-        done = 0
-        sig = self.cols["signal"]
-        while ready:
-            i = ready.popleft()
-            done += 1
+        g = step_order(self.plan)
+        self.tile_waits = g.waits
+        if not g.complete:
+            self.report_cycle(g.indeg, g.prev)
+        anc = [0] * self.h["num_tiles"]          # ancestors of i, plus i itself
+        ctr_anc = [0] * self.h["num_counters"]
+        for i in g.order:                        # every predecessor of i comes first
             a = 1 << i
-            if prev[i] >= 0:
-                a |= anc[prev[i]]
-            for ctr in self.tile_waits[i]:
+            if g.prev[i] >= 0:
+                a |= anc[g.prev[i]]
+            for ctr in g.waits[i]:
                 a |= ctr_anc[ctr]
             anc[i] = a
-            ctr = sig[i]
-            ctr_anc[ctr] |= a
-            ctr_left[ctr] -= 1
-            if ctr_left[ctr] == 0:
-                for j in waiters[ctr]:
-                    indeg[j] -= 1
-                    if indeg[j] == 0:
-                        ready.append(j)
-            j = nxt[i]
-            if j >= 0:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    ready.append(j)
-        if done != n:
-            self.report_cycle(indeg, prev)
+            ctr_anc[g.signal[i]] |= a
         return anc
 
     def report_cycle(self, indeg, prev):
