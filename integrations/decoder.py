@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ..planner import format as fmt
 from ..planner.plan import Plan
 from ..runtime import TileRuntime, model_weights, rope_tables
 from . import cache as kv
-from .errors import TileOpError
 
 
 def _static(t: torch.Tensor) -> torch.Tensor:
@@ -56,8 +54,4 @@ class TileDecoder:
 
     def check_error(self) -> None:
         """Raise TileOpError if the op flagged an error (host sync: call only where the caller syncs anyway)."""
-        err = self.runtime.error()
-        if err["error"] != fmt.ErrorCode.OK:
-            code = fmt.ErrorCode(err["error"]).name
-            raise TileOpError(f"tiles::decode_step reported {code} (worker {err['error_worker']}, tile "
-                              f"{err['error_tile']}, step {err['error_step']}); state words: {err}")
+        self.runtime.check_error()

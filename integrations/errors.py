@@ -1,6 +1,10 @@
 """Errors raised by tiles_ext.patch and the patched model. Each message names what is unsupported and what is."""
 import warnings
 
+# The tile op reports errors in its state words (a CUDA launch cannot raise synchronously); one exception type
+# for them, whoever reads the words.
+from ..errors import TileKernelError as TileOpError  # noqa: F401
+
 
 class UnsupportedModelError(ValueError):
     """patch() was given a model the tile op cannot run: architecture, dtype, device or weight layout."""
@@ -8,10 +12,6 @@ class UnsupportedModelError(ValueError):
 
 class CacheFullError(RuntimeError):
     """A decode step would write past the end of the StaticCache (raised before anything is written)."""
-
-
-class TileOpError(RuntimeError):
-    """The tile op reported an error in its state words (a CUDA launch cannot raise synchronously)."""
 
 
 class TilesFallbackWarning(UserWarning):

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from parity_helpers import Bound, cache_lists, prefill, tiny_config, tiny_model
+from tiles_ext.errors import TileKernelError, error_words
 from tiles_ext.planner import build_plan
 from tiles_ext.planner import format as fmt
 from tiles_ext.planner.format import TILE, WAIT, Op, StateWord
@@ -171,8 +172,10 @@ def test_unsatisfiable_wait_raises_naming_worker_and_tile(model, plan, prompt):
     with pytest.raises(RuntimeError, match=r"deadlock: worker \d+ waits forever at tile \d+ \(attn, layer 0, "
                                            r"kv head 0, partition 0\)"):
         bound.step(cache, 11, PROMPT)
-    err = bound.runtime.error()
+    err = error_words(bound.runtime.state)
     assert err["error"] == fmt.ErrorCode.WAIT_TIMEOUT and err["error_tile"] == i
+    with pytest.raises(TileKernelError, match=rf"WAIT_TIMEOUT .* tile {i} \(L0\.attn\[h0 p0\]\)"):
+        bound.runtime.check_error()
     # The counters are now inconsistent: the state refuses further launches instead of computing garbage.
     with pytest.raises(RuntimeError, match="holds error"):
         bound.step(cache, 11, PROMPT)

@@ -1,11 +1,11 @@
-"""Python face of torch.ops.tiles.decode_step: the fake (meta) kernel for torch.compile and a thin wrapper.
+"""Python face of torch.ops.tiles.decode_step: the fake (meta) kernel for torch.compile.
+
+Callers go through tiles_ext.runtime.TileRuntime.step, which owns the plan tensor, scratch and state.
 
 The op itself is defined in csrc/tiles_op.cpp (schema) with CPU (csrc/cpu) and CUDA (csrc/cuda) kernels; this
 module must be imported after tiles_ext._C has registered the library.
 """
 from __future__ import annotations
-
-from typing import Sequence
 
 import torch
 
@@ -48,16 +48,3 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
     tokens = plan.new_empty((num_steps,), dtype=torch.int64)
     return logits, tokens
 
-
-def decode_step(plan: torch.Tensor, plan_header: Sequence[int], weights: Sequence[torch.Tensor],
-                k_cache: Sequence[torch.Tensor], v_cache: Sequence[torch.Tensor], scratch: torch.Tensor,
-                state: torch.Tensor, input_ids: torch.Tensor, position: torch.Tensor, rope_inv_freq: torch.Tensor,
-                rope_scale: float, num_steps: int = 1, eos_ids: Sequence[int] = (), order_seed: int = 0):
-    """torch.ops.tiles.decode_step with Python defaults; see the schema in docs and tiles_ext.runtime.TileRuntime.
-
-    Returns (logits fp32 [num_steps, vocab], tokens int64 [num_steps]); rows of steps not executed are NaN / -1.
-    """
-    return torch.ops.tiles.decode_step(plan, [int(x) for x in plan_header], list(weights), list(k_cache),
-                                       list(v_cache), scratch, state, input_ids, position, rope_inv_freq,
-                                       float(rope_scale), int(num_steps), [int(e) for e in eos_ids],
-                                       int(order_seed))

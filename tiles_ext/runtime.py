@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .planner import format as fmt
+from .errors import check_state
 from .planner.plan import Plan
 
 
@@ -50,7 +50,7 @@ class TileRuntime:
             input_ids, position, inv_freq, float(rope_scale), int(num_steps), [int(e) for e in eos_ids],
             int(order_seed))
 
-    def error(self) -> dict:
-        """The error words of the state (host sync: call where the caller syncs anyway)."""
-        s = self.state[: fmt.STATE_HEADER_WORDS].cpu().tolist()
-        return {w.name.lower(): s[int(w)] for w in fmt.StateWord}
+    def check_error(self) -> None:
+        """Raise TileKernelError if a launch recorded an error in the state (host sync: call where the caller
+        syncs anyway). The message names the error, the worker and the tile."""
+        check_state(self.state, self.plan)

@@ -146,8 +146,10 @@ PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
         c.buffer(t.out_buf, kDTypeF32, H, "out_buf");
         break;
       case kOpQkv:
+      case kOpGateup:  // the same normed-input matvec; GATEUP streams the up rows beside the gate rows
         c.rows(); c.layer();
-        c.matrix(t.weight, t.row_end, H, "weight");
+        c.matrix(t.weight, t.row_end, H, t.op == kOpGateup ? "weight (gate)" : "weight");
+        if (t.op == kOpGateup) c.matrix(t.weight2, t.row_end, H, "weight2 (up)");
         c.vector(t.norm, H, "norm");
         c.buffer(t.in_buf, kDTypeF32, H, "in_buf");
         c.fail_if(t.out_offset < 0, "negative out_offset");
@@ -181,15 +183,6 @@ PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
         c.buffer(t.out_buf, kDTypeF32, int64_t(t.out_offset) + n, "out_buf");
         break;
       }
-      case kOpGateup:
-        c.rows(); c.layer();
-        c.matrix(t.weight, t.row_end, H, "weight (gate)");
-        c.matrix(t.weight2, t.row_end, H, "weight2 (up)");
-        c.vector(t.norm, H, "norm");
-        c.buffer(t.in_buf, kDTypeF32, H, "in_buf");
-        c.fail_if(t.out_offset < 0, "negative out_offset");
-        c.buffer(t.out_buf, kDTypeBf16, int64_t(t.out_offset) + n, "out_buf");
-        break;
       case kOpLmhead:
         c.rows();
         c.matrix(t.weight, t.row_end, H, "weight");
