@@ -29,7 +29,7 @@ except OSError as e:  # pragma: no cover - exercised only on a broken install
         f"tiles_ext: the compiled extension {_spec.origin} could not be loaded ({e}); {_BUILD_HINT}. "
         "If it was built against another torch, rebuild it with the torch you import now.") from e
 
-from . import ops  # noqa: E402,F401  (Python wrapper + fake kernel; must import after _C)
+from . import ops  # noqa: E402,F401  (the fake kernel for torch.compile; must import after _C)
 
 _LAZY = {"patch", "unpatch"}
 __all__ = ["patch", "unpatch", "ops", "__version__"]

@@ -76,12 +76,7 @@ class OpDecoder:
         return out
 
     def check_state(self):
-        err = self.runtime.error()
-        if err.get("error"):
-            from ..planner.format import ErrorCode
-            code = err["error"]
-            name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
-            raise RuntimeError(f"the op reported error {name} in its state words: {err}")
+        self.runtime.check_error()
 
 
 def op_rows(row_single, row_multi, model, w, floor_ms, reps, device, cpu_workers=8, single_tokens=None):
