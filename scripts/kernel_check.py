@@ -294,15 +294,49 @@ def main():
     os.environ["TILES_PREFETCH_NEXT"] = "0"
     opt_list = [int(x) for x in args.opts.split(",")]
     opts, op = option_sweep(op, model, plan, opt_list, iters, res)
+    os.environ["TILES_KERNEL_OPT"] = str(opt_list[0])
+    try:
+        outputs_ref = outputs(op, 32)  # the reference set's outputs, for the ring sweep's bit-identity check
+    except Exception:
+        outputs_ref = None
     res["llama_1b"]["kernel_opts"] = opts
     best_opt = pick_best(opts)
     res["llama_1b"]["best_opt"] = best_opt
     save()
 
-    # Prefetch window under the best option set (context 32, graph replay).
+    # Prefetch window under the best option set (context 32, graph replay). With the weight ring (1024) the window
+    # is off and the ring's L2 look-ahead (batches per warp beyond the ring) is swept instead.
+    ring_rows = [r for r in opts if r.get("opt", 0) & 1024 and r.get("bit_identical_to_first") and "graph_ms" in r]
+    if ring_rows:
+        ring_opt = min(ring_rows, key=lambda r: r["graph_ms"])["opt"]
+        os.environ["TILES_KERNEL_OPT"] = str(ring_opt)
+        ring_sweep = []
+        for ahead in (0, 1, 2, 4, 8, 16):
+            os.environ["TILES_RING_L2_AHEAD"] = str(ahead)
+            try:
+                same = same_bits(outputs(op, 32), outputs_ref) if outputs_ref is not None else None
+                t = time_op(op, 32, iters, graph_only=True)
+                ring_sweep.append({"ring_l2_ahead": ahead, "bit_identical_to_first": same, **t})
+                log(f"opt {ring_opt} ring L2 ahead {ahead:>2}: graph {t['graph_ms']:.4f} ms/token, "
+                    f"bit-identical {same}")
+            except Exception as e:
+                res["errors"].append(f"ring sweep {ahead}: {e}")
+                traceback.print_exc()
+                op = Op(model, plan, 4096 + 256)
+        res["llama_1b"]["ring_l2_sweep"] = ring_sweep
+        if ring_sweep:
+            best_ahead = min(ring_sweep, key=lambda r: r["graph_ms"])["ring_l2_ahead"]
+            os.environ["TILES_RING_L2_AHEAD"] = str(best_ahead)
+            res["llama_1b"]["best_ring_l2_ahead"] = best_ahead
+            best_ring = min(ring_sweep, key=lambda r: r["graph_ms"])
+            if best_ring.get("bit_identical_to_first") and best_ring["graph_ms"] < min(
+                    r["graph_ms"] for r in opts if "graph_ms" in r):
+                best_opt = ring_opt
+                res["llama_1b"]["best_opt"] = best_opt
     os.environ["TILES_KERNEL_OPT"] = str(best_opt)
     sweep = []
-    for pbytes, pnext in ((0, 0), (65536, 0), (262144, 0), (1 << 20, 0), (65536, 1)):
+    for pbytes, pnext in (((0, 0),) if best_opt & 1024 else
+                          ((0, 0), (65536, 0))):  # larger windows lost every time (v1-v4)
         os.environ["TILES_PREFETCH_BYTES"], os.environ["TILES_PREFETCH_NEXT"] = str(pbytes), str(pnext)
         try:
             t = time_op(op, 32, iters, graph_only=True)
@@ -320,7 +354,7 @@ def main():
                                         "prefetch_next": best["prefetch_next"]}
     save()
     for ctx in (32, 4064):
-        for o in dict.fromkeys([best_opt, 95, 0]):  # 95: the v3 default
+        for o in dict.fromkeys([best_opt, 95, 0]):  # 95: the v3/v4 default
             os.environ["TILES_KERNEL_OPT"] = str(o)
             try:
                 t = time_op(op, ctx, iters)
@@ -377,7 +411,11 @@ def main():
     log("\n=== kernel_check summary ===")
     log(f"GPU {res['gpu']} ({res['sm_count']} SMs), read bandwidth {bw:.3f} TB/s, "
         f"Llama-1B floor {floor_ms:.3f} ms/token")
-    log(f"settings: TILES_KERNEL_OPT={L.get('best_opt')}, prefetch {L.get('best_prefetch')}")
+    log(f"settings: TILES_KERNEL_OPT={L.get('best_opt')}, prefetch {L.get('best_prefetch')}, "
+        f"ring L2 ahead {L.get('best_ring_l2_ahead')}")
+    for r in L.get("ring_l2_sweep", []):
+        log(f"  ring L2 ahead {r['ring_l2_ahead']:>2}: graph ctx32 {r['graph_ms']:.4f}  "
+            f"bit-identical {r.get('bit_identical_to_first')}")
     for r in L.get("kernel_opts", []):
         log(f"  llama opt {r['opt']:>3}: graph ctx32 {r.get('graph_ms', float('nan')):.4f}  "
             f"bit-identical {r.get('bit_identical_to_first')}")

@@ -196,7 +196,7 @@ def main():
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
-        pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128) else 65536)
+        pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
         T, stride = run(lib, model, plan, args.ctx, args.steps, opt, pf)
         r = analyse(plan, T, stride)
         result["runs"][str(opt)] = r

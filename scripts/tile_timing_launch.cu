@@ -2,6 +2,7 @@
 // -DTILES_TILE_TIMING=1 into a shared library and calls it through ctypes). It fills KernelParams from raw device
 // pointers exactly as the torch glue does (csrc/cuda/decode_step_cuda.cpp) and adds the timestamp buffer. Not part
 // of the product build (setup.py compiles csrc/ only).
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/decode_kernel.h"
@@ -37,6 +38,8 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   p.prefetch_bytes = prefetch_bytes;
   p.prefetch_next = 0;
   p.opt = opt;
+  if (const char* a = std::getenv("TILES_RING_L2_AHEAD")) p.ring_l2_ahead = std::atoi(a);
+  if (const char* a = std::getenv("TILES_RING_FENCE")) p.ring_fence = std::atoi(a);
   p.tile_times = tile_times;
   p.tile_times_stride = tile_times_stride;
   for (int i = 0; i < p.h.num_weights; ++i) p.weights[i] = static_cast<const uint16_t*>(weights[i]);

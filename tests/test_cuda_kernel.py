@@ -235,8 +235,9 @@ def test_multi_token_eos_stops_early():
 
 
 # Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights), everything.
+# The weight ring (1024) runs only with the plan records in shared memory (16); 1024 alone takes the plain path.
 OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
-            95 | 128 | 256, 511)
+            95 | 128 | 256, 511, 1024, 16 | 1024, 95 | 1024, 511 | 1024)
 
 
 @pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300)], ids=["W-sm", "W7", "W7-ctx300"])

@@ -636,11 +636,210 @@ __device__ void bulk_next(const KernelParams& p, BulkCtx& bc) {
   bulk_arm(p, bc, t2, bc.k2);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// kOptWeightRing: per-warp rings of weight batches streamed by bulk copies across tiles, stages and steps
+// ---------------------------------------------------------------------------------------------------------------
+// A warp's stream is the sequence of row batches its matvec loop reads, in that order: for each matvec tile of the
+// worker (plan order, step after step), for each of the warp's items (item = warp, warp + kWarps, ...), for each
+// batch of kUnroll x 32 chunks of the item's column slice: row A's piece, then row B's (when the item has one).
+// Batch n lives in slot n % kRingSlots; its mbarrier completes one phase per fill, so its parity is
+// (n / kRingSlots) & 1. Lane 0 produces (RingCur in shared memory), all lanes consume (RingCtx in registers).
+// Weights never depend on activations, so the stream needs no dependency: only the ring's capacity throttles it.
+struct RingCur {      // kRingCurWords words; lane 0 of its warp only
+  const uint16_t* A;  // the current item's rows (B = A when it has no row B)
+  const uint16_t* B;
+  int32_t s, k;       // step, worker-local tile index (tbeg..tend)
+  int32_t item;       // the warp's item in tile k, -1 = not yet located
+  int32_t base;       // first chunk of the batch in the item's slice
+  int32_t c1;         // end of the item's slice
+  int32_t items;      // items of tile k
+  int32_t row;        // 0 = row A, 1 = row B
+  int32_t bvalid;     // the item has a row B
+  int32_t n;          // batches issued so far (ring) / prefetched so far (L2 cursor)
+  int32_t done;       // the stream has no further batch in this launch
+  int32_t pad[2];
+};
+static_assert(sizeof(RingCur) == kRingCurWords * 4, "RingCur size");
+
+struct RingCtx {
+  uint8_t* slots;    // this warp's kRingSlots slots
+  uint64_t* bars;    // this warp's kRingSlots mbarriers
+  RingCur* cur;      // this warp's ring cursor; cur + 1: its L2 look-ahead cursor
+  const int32_t* recs;
+  int32_t tbeg, tend;
+  uint32_t taken;    // batches consumed by this warp (every lane holds it)
+};
+
+struct RingPlan {   // what the producer walks (the worker's local tile records)
+  const int32_t* recs;
+  int32_t tbeg, tend;
+};
+
+// Moves c to the batch at or after its position; false when none is left in the launch. Inside an item this is a
+// few instructions; the tile walk runs once per item. A whole pass over the worker's tiles without a batch means the
+// warp has no item in any of them: the stream is empty for good.
+__device__ __forceinline__ bool ring_locate(const KernelParams& p, const RingPlan r, RingCur& c,
+                                            const uint16_t** src, uint32_t* bytes) {
+  if (c.done) return false;
+  if (c.item < 0 || c.base >= c.c1) {
+    const int warp = threadIdx.x >> 5;
+    int32_t empty_tiles = 0;
+    for (;;) {
+      if (c.item >= 0) c.item += kWarps;  // the previous item is done (or its slice is empty)
+      if (c.k >= r.tend) {
+        c.k = r.tbeg;
+        ++c.s;
+        c.item = -1;
+      }
+      if (c.s >= p.num_steps || empty_tiles > r.tend - r.tbeg) {
+        c.done = 1;
+        return false;
+      }
+      const int32_t* rec = r.recs + (c.k - r.tbeg) * kPlanRecWords;
+      const int32_t op = rec[offsetof(Tile, op) / 4];
+      if (!op_is_matvec(op)) {
+        ++c.k;
+        ++empty_tiles;
+        c.item = -1;
+        continue;
+      }
+      const int32_t rb = rec[offsetof(Tile, row_begin) / 4], re = rec[offsetof(Tile, row_end) / 4];
+      const int32_t cols = weight_cols(p, rec[offsetof(Tile, weight) / 4]);
+      const MatvecShape m = matvec_shape(op, re - rb, cols);
+      if (c.item < 0) {
+        if (warp >= m.items) {
+          ++c.k;
+          ++empty_tiles;
+          continue;
+        }
+        c.item = warp;
+      }
+      if (c.item >= m.items) {
+        ++c.k;
+        c.item = -1;
+        continue;
+      }
+      const int32_t w2 = rec[offsetof(Tile, weight2) / 4];
+      const MatvecItem it = matvec_item(m, p.weights[rec[offsetof(Tile, weight) / 4]],
+                                        w2 >= 0 ? p.weights[w2] : nullptr, rb, re, cols, c.item);
+      if (it.c0 >= it.c1) continue;  // an empty slice: the matvec loop reads no batch of it
+      empty_tiles = 0;
+      c.A = it.A;
+      c.B = it.B;
+      c.base = it.c0;
+      c.c1 = it.c1;
+      c.items = m.items;
+      c.row = 0;
+      c.bvalid = it.bvalid ? 1 : 0;
+      break;
+    }
+  }
+  const int32_t left = c.c1 - c.base;
+  *bytes = static_cast<uint32_t>(left < kRingChunks ? left : kRingChunks) * 16u;
+  *src = (c.row ? c.B : c.A) + int64_t(c.base) * 8;
+  return true;
+}
+
+__device__ __forceinline__ void ring_advance(RingCur& c) {
+  if (c.row == 0 && c.bvalid) {
+    c.row = 1;
+  } else {
+    c.row = 0;
+    c.base += kRingChunks;
+  }
+}
+
+// Lane 0: fills every free slot (issued < taken + kRingSlots) with the warp's next batches, then moves the L2
+// look-ahead cursor to p.ring_l2_ahead batches past the ring. The caller has ordered the lanes' reads of the freed
+// slots before these writes (__syncwarp + fence.proxy.async).
+// Not inlined: the producer's walk stays out of the matvec loop's registers (scalar arguments, no stack object).
+__device__ __forceinline__ void ring_fill_lane0(const KernelParams& p, const int32_t* recs, int32_t tbeg, int32_t tend,
+                                             RingCur* cur, uint8_t* slots, uint64_t* bars, uint32_t taken) {
+  const RingPlan rp{recs, tbeg, tend};
+  RingCur c = cur[0];
+  bool issued = false;
+  while (static_cast<uint32_t>(c.n) < taken + kRingSlots) {
+    const uint16_t* src;
+    uint32_t bytes;
+    if (!ring_locate(p, rp, c, &src, &bytes)) break;
+    const int slot = c.n % kRingSlots;
+    uint64_t* bar = bars + slot;
+    mbar_arrive_expect_tx(bar, bytes);
+    bulk_copy_g2s(slots + slot * kRingSlotBytes, src, bytes, bar);
+    ++c.n;
+    ring_advance(c);
+    issued = true;
+  }
+  cur[0] = c;
+  if (p.ring_l2_ahead > 0 && issued) {
+    RingCur a = cur[1];
+    if (a.n < c.n) a = c;  // (first call, or the look-ahead fell behind) it restarts where the ring is
+    while (a.n < c.n + p.ring_l2_ahead) {
+      const uint16_t* src;
+      uint32_t bytes;
+      if (!ring_locate(p, rp, a, &src, &bytes)) break;
+      prefetch_l2(src, bytes);
+      ++a.n;
+      ring_advance(a);
+    }
+    cur[1] = a;
+  }
+}
+
+// Warp-level: waits (bounded) until batch taken + j has landed; returns its slot.
+__device__ const uint8_t* ring_wait(const KernelParams& p, const RingCtx& r, uint32_t j) {
+  const uint32_t n = r.taken + j;
+  uint64_t* bar = r.bars + n % kRingSlots;
+  const uint32_t parity = (n / kRingSlots) & 1u;
+  if (!mbar_try_wait(bar, parity)) {
+    const uint64_t t0 = global_ns();
+    for (uint32_t iter = 1; !mbar_try_wait(bar, parity); ++iter) {
+      if ((iter & 15u) != 0u) continue;
+      const uint64_t dt = global_ns() - t0;
+      if (dt > p.timeout_ns) {
+        // A batch that never lands: report it (counter -3: the weight ring), stop waiting; the result is garbage
+        // but the launch reports the error instead of returning it.
+        raise_error(p, kErrorWaitTimeout, blockIdx.x, -1, -1, -3, n, parity);
+        break;
+      }
+      // After an error anywhere (perhaps this timeout, raised by another warp), a copy still missing after 1 ms
+      // will not land: stop waiting so that the exit paths do not wait once per outstanding batch.
+      if (dt > 1000000ull && ld_relaxed(p.state + kStateError) != 0u) break;
+    }
+  }
+  return r.slots + (n % kRingSlots) * kRingSlotBytes;
+}
+
+// Warp-level, after the lanes have used `count` batches (their values are consumed by the arithmetic, so every
+// read of the slots has completed): the slots are refilled. No proxy fence is needed for this write-after-read
+// (the pattern of CUTLASS's TMA pipelines: consumer release, then the producer's copy); ring_fence = 1 adds one for
+// comparison.
+__device__ __forceinline__ void ring_release(const KernelParams& p, RingCtx& r, uint32_t count) {
+  r.taken += count;
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    if (p.ring_fence) fence_proxy_async_smem();
+    ring_fill_lane0(p, r.recs, r.tbeg, r.tend, r.cur, r.slots, r.bars, r.taken);
+  }
+}
+
+// Warp-level: waits for every batch issued and not consumed (no copy may land in a block that has exited).
+__device__ void ring_drain(const KernelParams& p, RingCtx& r) {
+  __syncwarp();
+  const uint32_t issued = static_cast<uint32_t>(*reinterpret_cast<volatile int32_t*>(&r.cur->n));
+  while (r.taken < issued) {
+    ring_wait(p, r, 0);
+    ++r.taken;
+  }
+  __syncwarp();
+}
+
 // `stage`: this block's first weight batches copied before the wait (kOptStageWeights) or null.
 // `bc`: kOptBulkStage state (null otherwise): this warp's batch, when armed for this tile, is read from its region
 // after the warp's mbarrier wait; after the warp's first batch the region takes the next matvec tile's batch.
+// `ring`: kOptWeightRing state of this warp (null otherwise): every batch comes from the warp's ring.
 __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h,
-                       const MatvecOut& o, float* red, const uint8_t* stage, BulkCtx* bc) {
+                       const MatvecOut& o, float* red, const uint8_t* stage, BulkCtx* bc, RingCtx* ring) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
   const uint4* hv = reinterpret_cast<const uint4*>(h);
@@ -650,7 +849,26 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
   for (int32_t item = warp; item < m.items; item += kWarps) {
     const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
     float a0 = 0.f, a1 = 0.f;
-    for (int32_t base = it.c0; base < it.c1; base += 32 * kUnroll) {
+    if (ring != nullptr) {
+      // Straight from the slots, chunk base + u * 32 + lane at (u * 32 + lane) * 16 of its slot: per lane the same
+      // chunks in the same order as the loads below, so the same fmaf sequence per accumulator. The slots are
+      // refilled after the arithmetic, so no weight register is live across the refill.
+      for (int32_t base = it.c0; base < it.c1; base += kRingChunks) {
+        const uint8_t* sa = ring_wait(p, *ring, 0);
+        const uint8_t* sb = it.bvalid ? ring_wait(p, *ring, 1) : sa;
+#pragma unroll
+        for (int u = 0; u < kRingChunks / 32; ++u) {
+          const int32_t c = base + u * 32 + lane;
+          if (c < it.c1) {
+            const uint4 x = hv[c];
+            a0 = dot8(*reinterpret_cast<const uint4*>(sa + (u * 32 + lane) * 16), x, a0);
+            if (it.bvalid) a1 = dot8(*reinterpret_cast<const uint4*>(sb + (u * 32 + lane) * 16), x, a1);
+          }
+        }
+        ring_release(p, *ring, it.bvalid ? 2u : 1u);
+      }
+    }
+    for (int32_t base = it.c0; ring == nullptr && base < it.c1; base += 32 * kUnroll) {
       uint4 wa[kUnroll], wb[kUnroll];
       const bool from_bulk = bstage != nullptr && item == warp && base == it.c0;
       if ((stage != nullptr || from_bulk) && item == warp && base == it.c0) {
@@ -958,14 +1176,15 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 // `times`: this tile's three timestamps (TILES_TILE_TIMING builds) or null.
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
-                         unsigned long long* times, BulkCtx* bc) {
+                         unsigned long long* times, BulkCtx* bc, RingCtx* ring) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0 && times != nullptr) times[0] = global_ns();
 #endif
   const bool is_matvec = op_is_matvec(t.op);
   const bool bulk = bc != nullptr && is_matvec;
-  uint8_t* stage = (p.opt & kOptStageWeights) && !bulk && bc == nullptr && is_matvec ? smem + L.stage : nullptr;
+  uint8_t* stage =
+      (p.opt & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec ? smem + L.stage : nullptr;
   if (stage != nullptr) stage_first_batch(p, t, stage);
   if (bulk && bc->armed != bc->k) {
     // Not staged by the previous matvec tile (the step's first one): stage it now, before the wait. The copy engine
@@ -1040,7 +1259,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       }
       if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
       matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
-             bulk ? bc : nullptr);
+             bulk ? bc : nullptr, ring);
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
         // wrote: the fence makes each writer's stores visible at L2 before the barrier.
@@ -1120,6 +1339,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
 
 }  // namespace
 
+// Two instantiations: kRing = the weight-ring path (kOptWeightRing), compiled separately so that its code does not
+// change the register allocation of the other path (the kernel is at its 128-register bound).
+template <bool kRing>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
   uint8_t* smem = g_smem;
   __shared__ int s_flag;
@@ -1176,7 +1398,42 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   int32_t steps_done = p.num_steps;
   const bool plan_local = (p.opt & kOptPlanSmem) && load_plan_smem(p, L, tbeg, tend);
   const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
-  const bool bulk = (p.opt & kOptBulkStage) != 0;
+  // The weight ring needs the tile records in shared memory (its producer walks them for every batch).
+  const bool use_ring = kRing && (p.opt & kOptWeightRing) && plan_local;
+  const bool bulk = (p.opt & kOptBulkStage) != 0 && !use_ring;
+  RingCtx rg;
+  {
+    const int warp = tid >> 5;
+    rg.slots = smem + L.stage + warp * kRingSlots * kRingSlotBytes;
+    rg.bars = reinterpret_cast<uint64_t*>(smem + L.bars) + warp * kRingSlots;
+    rg.cur = reinterpret_cast<RingCur*>(smem + L.rcur) + 2 * warp;
+    rg.recs = recs;
+    rg.tbeg = tbeg;
+    rg.tend = tend;
+    rg.taken = 0u;
+  }
+  RingCtx* ring = use_ring ? &rg : nullptr;
+  if (use_ring) {
+    if (tid < kWarps * kRingSlots) mbar_init(reinterpret_cast<uint64_t*>(smem + L.bars) + tid, 1u);
+    if ((tid & 31) == 0) {
+      RingCur c;
+      c.s = 0;
+      c.k = tbeg;
+      c.item = -1;
+      c.base = -1;
+      c.row = 0;
+      c.bvalid = 0;
+      c.n = 0;
+      c.done = 0;
+      rg.cur[0] = c;
+      rg.cur[1] = c;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncthreads();
+    // The first batches stream from the start of the launch.
+    if ((tid & 31) == 0) ring_fill_lane0(p, rg.recs, rg.tbeg, rg.tend, rg.cur, rg.slots, rg.bars, 0u);
+    __syncwarp();
+  }
   BulkCtx bc;
   bc.stage = smem + L.stage;
   bc.bars = reinterpret_cast<uint64_t*>(smem + L.bars);
@@ -1212,7 +1469,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     sc.step = s;
     sc.pos = pos0 + s;
     // The first tile's weights stream while this worker learns whether the step runs.
-    if (tid < 32) {
+    if (tid < 32 && !use_ring) {
       const int32_t* r0;
       prefetch_tile(p, tile_k(tbeg, &r0), sc.pos);
     }
@@ -1237,6 +1494,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       __syncthreads();
       if (!ok) {
         bulk_consume(p, bc);  // no copy may land in a block that has exited
+        if (use_ring) ring_drain(p, rg);
         return;
       }
       if (stop) {
@@ -1248,7 +1506,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       const int32_t* rec;
       const Tile t = tile_k(k, &rec);
       const int32_t ti = __ldg(wtiles + k);  // for error reports only (off the critical path)
-      if (tid < 32) {
+      if (tid < 32 && !use_ring) {
         // Before the tile waits: its own weights (unless the previous tile already asked for them) and, with
         // prefetch_next, the next tile's.
         if (k > tbeg && !p.prefetch_next) prefetch_tile(p, t, sc.pos);
@@ -1278,13 +1536,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
           }
         }
       }
-      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr)) {
+      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr, ring)) {
         bulk_consume(p, bc);  // no copy may land in a block that has exited
+        if (use_ring) ring_drain(p, rg);
         return;
       }
     }
   }
 
+  // An early end (EOS) leaves the next step's first batches in flight.
+  if (use_ring) ring_drain(p, rg);
   // Steps not executed: logits rows NaN, spread over the workers that have tiles (rank among them), tokens -1.
   if (steps_done < p.num_steps) {
     const int32_t W = p.h.num_workers;
@@ -1306,11 +1567,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 }
 
 cudaError_t decode_set_smem_limit(int32_t bytes) {
-  return cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaError_t e = cudaFuncSetAttribute(decode_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(decode_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel, kThreads, smem_bytes);
+  int a = 0, b = 0;
+  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, decode_kernel<false>, kThreads, smem_bytes);
+  if (e != cudaSuccess) return e;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, decode_kernel<true>, kThreads, smem_bytes);
+  *blocks = a < b ? a : b;
+  return e;
 }
 
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
@@ -1325,7 +1593,8 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, decode_kernel, p);
+  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true>, p);
+  return cudaLaunchKernelEx(&cfg, decode_kernel<false>, p);
 }
 
 }  // namespace cuda

@@ -24,6 +24,13 @@ constexpr int kAttnChunkElems = 8192;  // KV positions staged per attention chun
 constexpr int kUnroll = 8;             // 16-byte weight chunks per lane and row issued before the first use
 constexpr int kNormRegs = 8;           // residual elements per thread held in registers by the one-read RMSNorm
 constexpr int kStageBytesPerWarp = 2 * kUnroll * 32 * 16;  // one batch of two rows (kOptStageWeights)
+// kOptWeightRing: a batch is one row's kRingChunks 16-byte chunks (4 per lane). Four slots per warp, so that while a
+// warp computes one row pair the next pair is already in flight (with two 4 KB slots a warp's stream stopped at
+// every pair: v6 in docs/perf-log.md).
+constexpr int kRingChunks = 128;
+constexpr int kRingSlots = 4;
+constexpr int kRingSlotBytes = kRingChunks * 16;
+constexpr int kRingCurWords = 16;                    // one RingCur (decode_kernel.cu) in shared memory
 
 // Latency options, a bitmask (TILES_KERNEL_OPT; default kOptDefault; 0 = the v1 path). All verified on the H200
 // on 2026-11-30 (docs/perf-log.md v3). Every option
@@ -46,7 +53,16 @@ constexpr int32_t kOptBulkStage = 128;
 // the previous tile's signal, when this SM streams nothing else): bit 4's timing through the copy engine. Not yet
 // measured on the device (v4 in docs/perf-log.md).
 constexpr int32_t kOptBulkNoAhead = 256;
-constexpr int32_t kOptAll = 511;
+// The weight ring: every warp streams the weight rows of ITS work items, in the order it consumes them, through a
+// ring of kRingSlots 4 KB slots in shared memory filled by 1-D bulk copies (TMA engine), across tile, stage and step
+// boundaries. A slot is refilled with the warp's next batch as soon as its rows are in registers, so an SM always has
+// its next kWarps x kRingSlots x 4 KB of weights in flight or landed, also while it waits on a dependency: the
+// hand-off latency hides under the stream instead of adding to it (docs/perf-log.md v6). Replaces 4, 128, 256 and
+// the L2 prefetch for matvec tiles. Needs the plan records in shared memory (16; without them the worker runs the
+// path without the ring). TILES_RING_L2_AHEAD = n additionally prefetches into L2 the n batches per warp that
+// follow the ring (deeper than shared memory allows).
+constexpr int32_t kOptWeightRing = 1024;
+constexpr int32_t kOptAll = 511 | kOptWeightRing;  // bit 512 is not used (docs/perf-log.md v5)
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 constexpr int32_t kOptDefault =  // 95: 1.082 ms/token against 1.102 for 0 (Llama-1B, context 32, v4)
@@ -81,6 +97,8 @@ struct KernelParams {
   int32_t prefetch_bytes;     // per-tile L2 prefetch cap (cp.async.bulk.prefetch.L2), 0 = off
   int32_t prefetch_next;      // 1 = also prefetch the worker's next tile once the current one may run
   int32_t opt;                // kOpt* bitmask
+  int32_t ring_l2_ahead;      // kOptWeightRing: batches per warp prefetched into L2 beyond the ring (0 = none)
+  int32_t ring_fence;         // kOptWeightRing: 1 = fence.proxy.async before each refill (0 = none; see ring_release)
   // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): %globaltimer at tile start,
   // after its wait, after its signal, at [((step * num_workers + worker) * tile_times_stride + k) * 3 + 0..2] for the
   // worker's k-th tile. Null (and ignored) in the product build.
@@ -107,7 +125,8 @@ struct SmemLayout {
   int32_t msf;      // fp32 merge scale factors [G * P]
   int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
   int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
-  int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; else empty
+  int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; kOptWeightRing: one per slot; else empty
+  int32_t rcur;     // kOptWeightRing: two cursors per warp (ring, L2 look-ahead) [kWarps][2][kRingCurWords]
   int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
   int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
   int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
@@ -151,8 +170,12 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.vbuf = o; o += up16(s.chunk * hd * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);
   s.rsd = o; o += up16(h.hidden * 4);
-  s.stage = o; o += (opt & (kOptStageWeights | kOptBulkStage)) ? kWarps * kStageBytesPerWarp : 0;
-  s.bars = o; o += (opt & kOptBulkStage) ? up16(kWarps * 8) : 0;
+  // The weight ring's slots take the place of the stage (the same 128 KB; 4, 128 and 256 are off with it).
+  const bool ring = (opt & kOptWeightRing) != 0;
+  static_assert(kRingSlots * kRingSlotBytes == kStageBytesPerWarp, "the ring replaces the stage in place");
+  s.stage = o; o += (ring || (opt & (kOptStageWeights | kOptBulkStage))) ? kWarps * kStageBytesPerWarp : 0;
+  s.bars = o; o += ring ? up16(kWarps * kRingSlots * 8) : ((opt & kOptBulkStage) ? up16(kWarps * 8) : 0);
+  s.rcur = o; o += ring ? kWarps * 2 * kRingCurWords * 4 : 0;
   s.total = o;
   return s;
 }

@@ -224,8 +224,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
               " too large");
 
   const int64_t opt = env_int("TILES_KERNEL_OPT", cuda::kOptDefault);
-  TORCH_CHECK(opt >= 0 && opt <= cuda::kOptAll, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
-              " outside 0..", cuda::kOptAll, " (bitmask of the kernel's latency options, decode_kernel.h)");
+  TORCH_CHECK(opt >= 0 && (opt & ~int64_t(cuda::kOptAll)) == 0, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
+              " has bits outside ", cuda::kOptAll, " (bitmask of the kernel's latency options, decode_kernel.h)");
   const int32_t smem_bytes = cuda::smem_layout(h, static_cast<int32_t>(opt)).total;
   const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes);
   TORCH_CHECK(blocks_per_sm >= 1, "tiles::decode_step (CUDA): a worker block (", cuda::kThreads, " threads, ",
@@ -255,6 +255,12 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   p.prefetch_bytes = static_cast<int32_t>(env_int(
       "TILES_PREFETCH_BYTES", (opt & (cuda::kOptStageWeights | cuda::kOptBulkStage)) ? 0 : 65536));
   p.prefetch_next = static_cast<int32_t>(env_int("TILES_PREFETCH_NEXT", 0));
+  if (opt & cuda::kOptWeightRing) p.prefetch_bytes = 0;  // the ring streams every matvec tile's weights itself
+  const int64_t l2_ahead = env_int("TILES_RING_L2_AHEAD", 0);
+  TORCH_CHECK(l2_ahead >= 0 && l2_ahead <= 64, "tiles::decode_step (CUDA): TILES_RING_L2_AHEAD=", l2_ahead,
+              " outside 0..64 (batches per warp)");
+  p.ring_l2_ahead = static_cast<int32_t>(l2_ahead);
+  p.ring_fence = env_int("TILES_RING_FENCE", 0) != 0 ? 1 : 0;
   p.opt = static_cast<int32_t>(opt);
   for (int64_t i = 0; i < h.num_weights; ++i) {
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
