@@ -234,7 +234,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--opts", default="0,1,2,4,8,16,36,64,15,31,63,127,126,125,119,111,95,91,223,479",
+    ap.add_argument("--opts", default="0,1,2,4,8,16,36,64,15,31,63,127,126,125,119,111,95,91,223,479,512,607",
                     help="TILES_KERNEL_OPT sets to compare (the first is the bit-identity reference)")
     args = ap.parse_args()
     iters = 50 if args.quick else 200
@@ -311,7 +311,7 @@ def main():
         ring_opt = min(ring_rows, key=lambda r: r["graph_ms"])["opt"]
         os.environ["TILES_KERNEL_OPT"] = str(ring_opt)
         ring_sweep = []
-        for ahead in (0, 1, 2, 4, 8, 16):
+        for ahead in (0, 2, 8):
             os.environ["TILES_RING_L2_AHEAD"] = str(ahead)
             try:
                 same = same_bits(outputs(op, 32), outputs_ref) if outputs_ref is not None else None
@@ -354,7 +354,7 @@ def main():
                                         "prefetch_next": best["prefetch_next"]}
     save()
     for ctx in (32, 4064):
-        for o in dict.fromkeys([best_opt, 95, 0]):  # 95: the v3/v4 default
+        for o in dict.fromkeys([best_opt, 95, 95 | 512, 0]):  # 95: the v3/v4 default; 607: attention double buffering
             os.environ["TILES_KERNEL_OPT"] = str(o)
             try:
                 t = time_op(op, ctx, iters)
@@ -366,8 +366,22 @@ def main():
                 traceback.print_exc()
                 op = Op(model, plan, 4096 + 256)
             save()
-    os.environ["TILES_KERNEL_OPT"] = str(best_opt)
+    # Long context (16K positions): where attention, not weights, decides (graph replay, one token per launch).
     del op
+    torch.cuda.empty_cache()
+    try:
+        op16 = Op(model, plan, 16384 + 64)
+        for o in dict.fromkeys([best_opt, 95, 95 | 512]):
+            os.environ["TILES_KERNEL_OPT"] = str(o)
+            t = time_op(op16, 16000, max(10, iters // 4), graph_only=True)
+            res["llama_1b"][f"ctx16000_opt{o}"] = t
+            log(f"ctx 16000 opt {o}: graph {t['graph_ms']:.4f} ms/token")
+        del op16
+    except Exception as e:
+        res["errors"].append(f"ctx 16000: {e}")
+        traceback.print_exc()
+    save()
+    os.environ["TILES_KERNEL_OPT"] = str(best_opt)
     torch.cuda.empty_cache()
 
     if not args.no_baseline:

@@ -234,17 +234,20 @@ def test_multi_token_eos_stops_early():
     assert int(b.rt.state[fmt.StateWord.EPOCH]) == epoch + stop + 1
 
 
-# Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights), everything.
+# Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights; AttnDoubleBuffer's second
+# chunk buffer is the weight stage with 4, appended without; 64 prestages its first chunk), everything.
 # The weight ring (1024) runs only with the plan records in shared memory (16); 1024 alone takes the plain path.
 OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
-            95 | 128 | 256, 511, 1024, 16 | 1024, 95 | 1024, 511 | 1024)
+            95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047)
 
 
-@pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300)], ids=["W-sm", "W7", "W7-ctx300"])
+@pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700)],
+                         ids=["W-sm", "W7", "W7-ctx300", "W7-ctx700"])
 def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
     """Every TILES_KERNEL_OPT bit (decode_kernel.h kOpt*) changes when data moves, never what is computed.
     ctx 300 with 2 attention partitions: partitions of 160 positions, two K/V chunks each (kOptAttnPrestage stages
-    only the first; the new row falls in the second)."""
+    only the first; the new row falls in the second). ctx 700: three chunks per partition (AttnDoubleBuffer reuses
+    its first buffer for the third; the tail chunk is shorter)."""
     params = TINY[1][:8] + (workers,)
     h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
     cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)

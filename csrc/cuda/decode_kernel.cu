@@ -74,6 +74,8 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// All but this thread's most recent commit group (kOptAttnDoubleBuffer: the next chunk stays in flight).
+__device__ __forceinline__ void cp_async_wait_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 // kOptBulkStage: mbarrier + 1-D bulk copy (TMA engine). Shared-memory addresses are 32-bit shared::cta addresses
 // (a CTA's own shared::cta address is a valid shared::cluster address; the kernel is launched without clusters).
@@ -970,6 +972,21 @@ __device__ void attn_prestage(const KernelParams& p, const Tile& t, int64_t pos,
   cp_async_commit();
 }
 
+// kOptAttnDoubleBuffer: cp.async of the cached K/V rows [c0, c0 + cn) into a chunk buffer (the layout of the
+// __ldcg loop in attn_tile), as one commit group.
+__device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0, int cn, int hd, uint16_t* kb,
+                                 uint16_t* vb) {
+  const int cpr = hd / 8, kstride = hd + 8;
+  kc += int64_t(c0) * hd;
+  vc += int64_t(c0) * hd;
+  for (int i = threadIdx.x; i < cn * cpr; i += kThreads) {
+    const int j = i / cpr, c = i - j * cpr;
+    cp_async16(kb + j * kstride + c * 8, kc + i * 8);  // i * 8 = j * hd + c * 8: rows are contiguous in the cache
+    cp_async16(vb + j * hd + c * 8, vc + i * 8);
+  }
+  cp_async_commit();
+}
+
 // `prestaged`: attn_prestage ran before the wait (RoPE tables ready, chunk 1 rows < pos in flight by cp.async).
 __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L,
                           bool prestaged) {
@@ -1036,9 +1053,26 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
+  // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
+  // for. Every row is final here: rows < pos before the step, row pos after the barrier above (in the cache, and in
+  // the staged first chunk when first_local).
+  // One signed element offset from the current buffer to the other (smem_layout keeps vbuf2 - vbuf = kbuf2 - kbuf;
+  // one register, not two pointers: the kernel is at its 128-register bound); 0 = single buffer.
+  int kv_delta = (p.opt & kOptAttnDoubleBuffer) && L.kbuf2 >= 0 ? (L.kbuf2 - L.kbuf) / 2 : 0;
+  if (kv_delta != 0 && !prestaged && lo < hi)
+    attn_issue_chunk(kc, vc, lo, hi - lo < L.chunk ? hi - lo : L.chunk, hd, kb, vb);
   for (int c0 = lo; c0 < hi; c0 += L.chunk) {
     const int cn = hi - c0 < L.chunk ? hi - c0 : L.chunk;
-    if (prestaged && c0 == lo) {
+    if (kv_delta != 0) {
+      // The next chunk goes to the other buffer, which the end-of-chunk barrier of the previous chunk freed.
+      const int n0 = c0 + L.chunk;
+      if (n0 < hi) {
+        attn_issue_chunk(kc, vc, n0, hi - n0 < L.chunk ? hi - n0 : L.chunk, hd, kb + kv_delta, vb + kv_delta);
+        cp_async_wait_but_last();  // this chunk's rows (this thread's); the barrier below publishes everyone's
+      } else {
+        cp_async_wait_all();
+      }
+    } else if (prestaged && c0 == lo) {
       cp_async_wait_all();  // this thread's staged rows; the barrier below publishes everyone's
     } else
     for (int i = tid; i < cn * cpr; i += kThreads) {
@@ -1112,6 +1146,11 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       of[i] = acc;
     }
     __syncthreads();
+    if (kv_delta != 0) {  // the buffer just read receives chunk c+2
+      kb += kv_delta;
+      vb += kv_delta;
+      kv_delta = -kv_delta;
+    }
   }
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
   for (int i = tid; i < G * (hd + 2); i += kThreads) {

@@ -31,6 +31,8 @@ constexpr int kRingChunks = 128;
 constexpr int kRingSlots = 4;
 constexpr int kRingSlotBytes = kRingChunks * 16;
 constexpr int kRingCurWords = 16;                    // one RingCur (decode_kernel.cu) in shared memory
+// Opt-in shared memory per block on sm_90 (227 KB), less 1 KB for the kernel's static shared variables.
+constexpr int32_t kMaxSmemPerBlock = 227 * 1024 - 1024;
 
 // Latency options, a bitmask (TILES_KERNEL_OPT; default kOptDefault; 0 = the v1 path). All verified on the H200
 // on 2026-11-30 (docs/perf-log.md v3). Every option
@@ -53,6 +55,12 @@ constexpr int32_t kOptBulkStage = 128;
 // the previous tile's signal, when this SM streams nothing else): bit 4's timing through the copy engine. Not yet
 // measured on the device (v4 in docs/perf-log.md).
 constexpr int32_t kOptBulkNoAhead = 256;
+// ATTN: the K/V rows of chunk c+1 are copied (cp.async) into a second buffer while chunk c is computed, so a tile's
+// loads no longer wait for its arithmetic (at 16K positions the tile is latency-bound: docs/perf-log.md v5). Same
+// chunk length, same arithmetic order: only where the bytes come from changes. The second buffer is the idle weight
+// stage with bit 4 (not 128), else appended where it fits in kMaxSmemPerBlock (else the single-buffer path runs).
+// Not yet measured on the device.
+constexpr int32_t kOptAttnDoubleBuffer = 512;
 // The weight ring: every warp streams the weight rows of ITS work items, in the order it consumes them, through a
 // ring of kRingSlots 4 KB slots in shared memory filled by 1-D bulk copies (TMA engine), across tile, stage and step
 // boundaries. A slot is refilled with the warp's next batch as soon as its rows are in registers, so an SM always has
@@ -62,7 +70,7 @@ constexpr int32_t kOptBulkNoAhead = 256;
 // path without the ring). TILES_RING_L2_AHEAD = n additionally prefetches into L2 the n batches per warp that
 // follow the ring (deeper than shared memory allows).
 constexpr int32_t kOptWeightRing = 1024;
-constexpr int32_t kOptAll = 511 | kOptWeightRing;  // bit 512 is not used (docs/perf-log.md v5)
+constexpr int32_t kOptAll = 2047;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 constexpr int32_t kOptDefault =  // 95: 1.082 ms/token against 1.102 for 0 (Llama-1B, context 32, v4)
@@ -122,6 +130,8 @@ struct SmemLayout {
   int32_t sc;       // fp32 scores / probabilities [chunk * G]
   int32_t kbuf;     // bf16 K chunk [chunk][hd + 8] (padded against bank conflicts)
   int32_t vbuf;     // bf16 V chunk [chunk][hd]
+  int32_t kbuf2;    // kOptAttnDoubleBuffer: second K chunk (as kbuf); -1 when off or it does not fit
+  int32_t vbuf2;    // kOptAttnDoubleBuffer: second V chunk (as vbuf); -1 when off or it does not fit
   int32_t msf;      // fp32 merge scale factors [G * P]
   int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
   int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
@@ -176,6 +186,21 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.stage = o; o += (ring || (opt & (kOptStageWeights | kOptBulkStage))) ? kWarps * kStageBytesPerWarp : 0;
   s.bars = o; o += ring ? up16(kWarps * kRingSlots * 8) : ((opt & kOptBulkStage) ? up16(kWarps * 8) : 0);
   s.rcur = o; o += ring ? kWarps * 2 * kRingCurWords * 4 : 0;
+  // kOptAttnDoubleBuffer's second K/V chunk. With bit 4 (and neither 128 nor the ring) it reuses the weight stage:
+  // bit 4 stages only a matvec tile's own batch and consumes it within that tile, so the stage is idle during an ATTN
+  // tile (with 128 or the ring, bulk copies may be landing there). Else it is appended last (every other offset
+  // unchanged), where it fits. Both ways vbuf2 - vbuf = kbuf2 - kbuf (attn_tile swaps the buffers by one offset).
+  const int32_t kv2 = up16(s.chunk * (hd + 8) * 2) + up16(s.chunk * hd * 2);
+  s.kbuf2 = s.vbuf2 = -1;
+  if (opt & kOptAttnDoubleBuffer) {
+    if ((opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing)) && kv2 <= kWarps * kStageBytesPerWarp) {
+      s.kbuf2 = s.stage;
+    } else if (o + kv2 <= kMaxSmemPerBlock) {
+      s.kbuf2 = o;
+      o += kv2;
+    }
+    if (s.kbuf2 >= 0) s.vbuf2 = s.kbuf2 + up16(s.chunk * (hd + 8) * 2);
+  }
   s.total = o;
   return s;
 }
