@@ -58,8 +58,8 @@ constexpr int32_t kOptBulkNoAhead = 256;
 // ATTN: the K/V rows of chunk c+1 are copied (cp.async) into a second buffer while chunk c is computed, so a tile's
 // loads no longer wait for its arithmetic (at 16K positions the tile is latency-bound: docs/perf-log.md v5). Same
 // chunk length, same arithmetic order: only where the bytes come from changes. The second buffer is the idle weight
-// stage with bit 4 (not 128), else appended where it fits in kMaxSmemPerBlock (else the single-buffer path runs).
-// Not yet measured on the device.
+// stage with bit 4 (not 128, not the ring), else appended where it fits in kMaxSmemPerBlock (else the single-buffer
+// path runs).
 constexpr int32_t kOptAttnDoubleBuffer = 512;
 // The weight ring: every warp streams the weight rows of ITS work items, in the order it consumes them, through a
 // ring of kRingSlots 4 KB slots in shared memory filled by 1-D bulk copies (TMA engine), across tile, stage and step
@@ -73,8 +73,10 @@ constexpr int32_t kOptWeightRing = 1024;
 constexpr int32_t kOptAll = 2047;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
-constexpr int32_t kOptDefault =  // 95: 1.082 ms/token against 1.102 for 0 (Llama-1B, context 32, v4)
-    kOptNormRegs | kOptResidSmem | kOptStageWeights | kOptNoFence | kOptPlanSmem | kOptAttnPrestage;
+// 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
+// 1.969 at 16000 (Llama-1B, graph replay).
+constexpr int32_t kOptDefault = kOptNormRegs | kOptResidSmem | kOptStageWeights | kOptNoFence | kOptPlanSmem |
+                                kOptAttnPrestage | kOptAttnDoubleBuffer;
 
 // kOptPlanSmem: per local tile a record of kPlanRecWords: the Tile (18 words), then up to kPlanRecWaits Wait records
 // (a tile with more waits reads them from the blob). 96 bytes, a multiple of 16.
@@ -132,7 +134,7 @@ struct SmemLayout {
   int32_t vbuf;     // bf16 V chunk [chunk][hd]
   int32_t kbuf2;    // kOptAttnDoubleBuffer: second K chunk (as kbuf); -1 when off or it does not fit
   int32_t vbuf2;    // kOptAttnDoubleBuffer: second V chunk (as vbuf); -1 when off or it does not fit
-  int32_t msf;      // fp32 merge scale factors [G * P]
+  int32_t msf;      // fp32 merge scale factors [num_heads * P] (MERGE: [G * P]; a merging RESID: every head)
   int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
   int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
   int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; kOptWeightRing: one per slot; else empty
@@ -178,7 +180,7 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.sc = o; o += up16(s.chunk * G * 4);
   s.kbuf = o; o += up16(s.chunk * (hd + 8) * 2);
   s.vbuf = o; o += up16(s.chunk * hd * 2);
-  s.msf = o; o += up16(G * h.attn_partitions * 4);
+  s.msf = o; o += up16(h.num_heads * h.attn_partitions * 4);
   s.rsd = o; o += up16(h.hidden * 4);
   // The weight ring's slots take the place of the stage (the same 128 KB; 4, 128 and 256 are off with it).
   const bool ring = (opt & kOptWeightRing) != 0;
