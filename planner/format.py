@@ -32,9 +32,6 @@ Ops (buffers named by id into the buffer table; "row r" means output row r of th
            out_buf (bf16 attention output) [q_head * head_dim + d].
   RESID    out_buf[out_offset + r - row_begin] = in2_buf[same index] + sum_k weight[r,k] * in_buf[k]
            (in_buf bf16 vector, in2_buf and out_buf fp32 residual stream).
-           aux0 = 1 (o-projection tiles of a plan without MERGE tiles): in_buf is the layer's ATTN partials; the
-           tile first merges them for every q head exactly as MERGE does for its group (same order, same bf16
-           rounding) and uses the merged bf16 attention output as its input vector.
   GATEUP   h = rmsnorm(in_buf, norm) as for QKV; out_buf[r] = bf16(silu(g) * u), g = weight[r].h,
            u = weight2[r].h, all fp32 until the final rounding.
   LMHEAD   h = rmsnorm(in_buf, norm); logits[s, r] = sum_k weight[r,k] * h[k] (fp32, written to the op's
@@ -183,7 +180,7 @@ TILE_FIELDS = [
     ("in3_buf", "third input (ATTN V_new) or -1"),
     ("out_buf", "output buffer or -1"),
     ("out_offset", "element offset of row_begin in out_buf"),
-    ("aux0", "ATTN/MERGE kv head; LMHEAD partial slot; ARGMAX partial count; RESID 1 = merge ATTN partials"),
+    ("aux0", "ATTN/MERGE kv head; LMHEAD partial slot; ARGMAX partial count"),
     ("aux1", "ATTN partition"),
     ("wait_begin", "first wait record"),
     ("wait_count", "number of wait records"),

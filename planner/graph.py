@@ -2,7 +2,6 @@
 
 Stages run in this order per step (a stage is one operator of one layer):
     embed, [qkv, attn, merge, o, gateup, down] x layers, lmhead, argmax
-(fold_merge=True drops merge: the o tiles merge the partials themselves; measured slower, v7 of docs/perf-log.md).
 Matrix stages are cut along output rows into at most `workers` pieces of (nearly) equal bytes. A stage with
 segments (qkv: one KV group's q, k or v rows; these must not mix, because attention for a group waits on exactly
 that group's tiles) is cut so that no piece straddles a segment: the smallest row count R with
@@ -110,10 +109,7 @@ def _cut_segments_whole(segments, pieces: int):
 
 
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
-                attn_granule: int = 32, context_hint: int = 512, fold_merge: bool = False) -> TileGraph:
-    """fold_merge: no MERGE stage; every o-projection tile merges the layer's attention partials itself (RESID
-    aux0 = 1), one dependent stage less per layer (format.py). Measured SLOWER on the H200 (docs/perf-log.md v7:
-    every o tile reads the same partials, +8 us per layer), so off by default; kept, tested, for comparison."""
+                attn_granule: int = 32, context_hint: int = 512) -> TileGraph:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -138,8 +134,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         buf(f"knew{l}", nkv, DType.BF16)
         buf(f"vnew{l}", nkv, DType.BF16)
         buf(f"attn_part{l}", s.num_kv_heads * P * G * (hd + 2), DType.F32)
-        if not fold_merge:
-            buf(f"attn_out{l}", nq, DType.BF16)
+        buf(f"attn_out{l}", nq, DType.BF16)
         buf(f"act{l}", s.intermediate, DType.BF16)
     lm_segments = cut_rows([("lm", s.vocab)], workers)
     lm_tiles = len(lm_segments)
@@ -201,27 +196,24 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
                 layer=l, weight=W(l, which), norm=W(l, "input_norm"), in_buf=bid[f"x{l}"],
                 row_begin=base_row + r0, row_end=base_row + r1, out_buf=bid[out], out_offset=base_row + r0,
                 weight_bytes=(r1 - r0) * H * 2)
-        # Attention: one tile per (KV head, partition). Folded, the o tiles wait for all of them: one counter.
-        attn_names = [f"attn{l}"] if fold_merge else [f"attn{l}.{h}" for h in range(s.num_kv_heads)]
-        st = new_stage(f"L{l}.attn", attn_names)
+        # Attention: one tile per (KV head, partition).
+        st = new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
         per = -(-context_hint // P)
         for h in range(s.num_kv_heads):
             for p in range(P):
-                add(Op.ATTN, st, h * P + p, cid[attn_names[0 if fold_merge else h]], [full(f"qkv{l}.{h}")],
+                add(Op.ATTN, st, h * P + p, cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
                     layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
                     out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
                     weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
-        if not fold_merge:
-            st = new_stage(f"L{l}.merge", [f"merge{l}"])
-            for h in range(s.num_kv_heads):
-                add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")],
-                    layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
-                    weight_bytes=P * G * (hd + 2) * 4)
+        st = new_stage(f"L{l}.merge", [f"merge{l}"])
+        for h in range(s.num_kv_heads):
+            add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")],
+                layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
+                weight_bytes=P * G * (hd + 2) * 4)
         st = new_stage(f"L{l}.o", [f"o{l}"])
         for piece, _, r0, r1 in cut_rows([("o", H)], workers):
-            o_in = dict(in_buf=bid[f"attn_part{l}"], aux0=1) if fold_merge else dict(in_buf=bid[f"attn_out{l}"])
-            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"attn{l}" if fold_merge else f"merge{l}")],
-                layer=l, weight=W(l, "o"), in2_buf=bid[f"x{l}"], **o_in,
+            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
+                layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
                 out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
         st = new_stage(f"L{l}.gateup", [f"gateup{l}"])
         for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], workers):

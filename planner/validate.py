@@ -34,7 +34,7 @@ _COL = {name: i for i, (name, _) in enumerate(TILE.fields)}
 MATRIX_SLOTS = ("q", "k", "v", "o", "gate", "up", "down")
 _ROWS = ("row_begin", "row_end", "out_offset")
 _UNUSED = {Op.EMBED: _ROWS + ("aux0", "aux1"), Op.QKV: ("aux0", "aux1"), Op.ATTN: _ROWS,
-           Op.MERGE: _ROWS + ("aux1",), Op.RESID: ("aux1",), Op.GATEUP: ("aux0", "aux1"),
+           Op.MERGE: _ROWS + ("aux1",), Op.RESID: ("aux0", "aux1"), Op.GATEUP: ("aux0", "aux1"),
            Op.LMHEAD: ("aux1", "out_offset"), Op.ARGMAX: _ROWS + ("aux1",)}
 
 
@@ -324,18 +324,8 @@ class _Checker:
                 self.need_none(i, "weight2", "norm", "in3_buf")
                 w = c["weight"][i]
                 cols = shapes[w][1]
-                fold = c["aux0"][i]
-                if fold not in (0, 1) or (fold == 1 and name != "o"):
-                    self.fail(i, f"aux0 = {fold}: only an o-projection RESID may merge attention partials (1), "
-                                 "else 0")
-                if fold == 1:
-                    # Reads every partial of the layer (all heads, all partitions) and merges them itself.
-                    n_parts = s.num_kv_heads * P * G * part
-                    reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=n_parts), 0, n_parts,
-                                  f"L{layer}.attn"))
-                else:
-                    src = f"L{layer}.merge" if name == "o" else f"L{layer}.gateup"
-                    reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=cols), 0, cols, src))
+                src = f"L{layer}.merge" if name == "o" else f"L{layer}.gateup"
+                reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=cols), 0, cols, src))
                 r0, r1 = rows_out(i, w)
                 res = x_kind[layer] if name == "o" else f"L{layer}.o"
                 reads.append((i, self.need_buf(i, "in2_buf", DType.F32, numel=H), r0, r1, res))

@@ -366,29 +366,6 @@ def main():
                 traceback.print_exc()
                 op = Op(model, plan, 4096 + 256)
             save()
-    # The plan layout without MERGE tiles (fold_merge=True: the o tiles merge; v7) against the default (MERGE
-    # tiles): bit-identical outputs, and time at both contexts under the best option set.
-    os.environ["TILES_KERNEL_OPT"] = str(best_opt)
-    try:
-        mplan = build_plan(cfg, workers=props.multi_processor_count, gpu=gpu, fold_merge=True)
-        mop = Op(model, mplan, 4096 + 256)
-        for x, y in zip(mop.k + mop.v, op.k + op.v):
-            x.copy_(y)
-        for ctx in (32, 4064):
-            same = same_bits(outputs(mop, ctx), outputs(op, ctx))
-            tm = time_op(mop, ctx, iters, graph_only=True)["graph_ms"]
-            tf = time_op(op, ctx, iters, graph_only=True)["graph_ms"]
-            res["llama_1b"][f"folded_ctx{ctx}"] = {"folded_graph_ms": tm, "merge_tiles_graph_ms": tf,
-                                                  "bit_identical": same}
-            log(f"ctx {ctx} opt {best_opt}: folded {tm:.4f} ms, MERGE tiles {tf:.4f} ms, bit-identical {same}")
-            if not same:
-                res["errors"].append(f"folded plan differs from the MERGE-tile plan at ctx {ctx}")
-        del mop
-    except Exception as e:
-        res["errors"].append(f"merge tiles: {e}")
-        traceback.print_exc()
-    save()
-
     # Long context (16K positions): where attention, not weights, decides (graph replay, one token per launch).
     del op
     torch.cuda.empty_cache()
@@ -431,12 +408,6 @@ def main():
         res["smollm2_135m"]["kernel_opts"] = sopts
         sbest = pick_best(sopts)
         res["smollm2_135m"]["best_opt"] = sbest
-        os.environ["TILES_KERNEL_OPT"] = str(best_opt)
-        smop = Op(smodel, build_plan(scfg, workers=props.multi_processor_count, gpu=gpu, fold_merge=True), 4096 + 256)
-        tm = time_op(smop, 32, iters, graph_only=True)["graph_ms"]
-        res["smollm2_135m"]["folded_ctx32_graph_ms"] = tm
-        log(f"smollm2-135m ctx 32 opt {best_opt}: folded {tm:.4f} ms (MERGE tiles: the sweep above)")
-        del smop
         for o in dict.fromkeys([best_opt, sbest]):
             os.environ["TILES_KERNEL_OPT"] = str(o)
             for ctx in (32, 2000):

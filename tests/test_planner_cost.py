@@ -31,8 +31,6 @@ def test_zero_bytes_is_chain_of_hand_offs():
 def test_depth_of_llama_layers():
     # embed, then qkv/attn/merge/o/gateup/down per layer, then lmhead and argmax
     assert dependency_depth(build_plan(SMALL, 7)) == 1 + 6 * 3 + 2
-    # folded (the o tiles merge the attention partials): one stage less per layer
-    assert dependency_depth(build_plan(SMALL, 7, fold_merge=True)) == 1 + 5 * 3 + 2
 
 
 def test_prefetch_is_a_lower_bound_and_floor_holds():

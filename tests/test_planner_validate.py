@@ -30,18 +30,6 @@ def small_plan():
     return build_plan(SMALL, 13)
 
 
-@pytest.fixture(scope="module")
-def merge_plan(small_plan):
-    """The layout with MERGE tiles (the default)."""
-    return small_plan
-
-
-@pytest.fixture(scope="module")
-def folded_plan():
-    """The layout without MERGE tiles: the o tiles merge the partials (fold_merge=True)."""
-    return build_plan(SMALL, 13, fold_merge=True)
-
-
 def mutated(plan):
     p = copy.copy(plan)
     for name in ("tiles", "waits", "buffers", "worker_offsets", "worker_tiles", "weight_shapes"):
@@ -148,8 +136,8 @@ def test_cycle_through_worker_order(small_plan):
 
 
 @pytest.mark.parametrize("delta,fragment", [(1, "wait forever"), (-1, "could run before all producers")])
-def test_wait_count_must_equal_signalers(merge_plan, delta, fragment):
-    p = mutated(merge_plan)
+def test_wait_count_must_equal_signalers(small_plan, delta, fragment):
+    p = mutated(small_plan)
     i = find(p, Op.MERGE)
     p.waits[p.tiles[i, COL["wait_begin"]], 1] += delta
     refuse(p, f"tile {i} ", fragment)
@@ -169,81 +157,47 @@ def test_embed_without_waits(small_plan):
     refuse(p, f"tile {e} ", "previous step's ARGMAX")
 
 
-def test_wrong_buffer_dtype(merge_plan):
-    p = mutated(merge_plan)
+def test_wrong_buffer_dtype(small_plan):
+    p = mutated(small_plan)
     i = find(p, Op.MERGE)
     p.tiles[i, COL["out_buf"]] = p.tiles[i, COL["in_buf"]]
     refuse(p, f"tile {i} ", "dtype F32, op needs BF16")
 
 
-def test_folded_plan_has_no_merge_and_o_tiles_merge(folded_plan, merge_plan):
-    ops = folded_plan.tiles[:, COL["op"]]
-    assert not (ops == Op.MERGE).any() and (merge_plan.tiles[:, COL["op"]] == Op.MERGE).any()
-    o = [i for i in range(len(ops)) if ops[i] == Op.RESID and folded_plan.tiles[i, COL["aux0"]] == 1]
-    assert o and all(folded_plan.tiles[i, COL["in_buf"]] == folded_plan.tiles[find(folded_plan, Op.ATTN,
-                     layer=folded_plan.tiles[i, COL["layer"]]), COL["out_buf"]] for i in o)
-
-
-@pytest.mark.parametrize("delta,fragment", [(1, "wait forever"), (-1, "could run before all producers")])
-def test_folded_o_waits_for_every_attention_tile(folded_plan, delta, fragment):
-    p = mutated(folded_plan)
-    i = find(p, Op.RESID, aux0=1)
-    p.waits[p.tiles[i, COL["wait_begin"]], 1] += delta
-    refuse(p, f"tile {i} ", fragment)
-
-
-def test_only_o_projection_may_merge(folded_plan):
-    p = mutated(folded_plan)
-    o = find(p, Op.RESID, aux0=1)
-    down = [i for i in range(len(p.tiles)) if p.tiles[i, COL["op"]] == Op.RESID and p.tiles[i, COL["aux0"]] == 0][0]
-    p.tiles[down, COL["aux0"]] = 1
-    refuse(p, f"tile {down} ", "only an o-projection RESID may merge")
-    p = mutated(folded_plan)
-    p.tiles[o, COL["aux0"]] = 2
-    refuse(p, f"tile {o} ", "aux0 = 2")
-
-
-def test_folded_o_must_read_the_partials(folded_plan):
-    p = mutated(folded_plan)
-    i = find(p, Op.RESID, aux0=1)
-    p.tiles[i, COL["in_buf"]] = p.tiles[i, COL["in2_buf"]]   # the residual (F32, wrong size): not the partials
-    refuse(p, f"tile {i} ")
-
-
-def test_wrong_layer_weight(folded_plan):
-    p = mutated(folded_plan)
+def test_wrong_layer_weight(small_plan):
+    p = mutated(small_plan)
     i = find(p, Op.QKV, layer=1)
     p.tiles[i, COL["weight"]] -= 9      # same slot of layer 0
     refuse(p, f"tile {i} ", "of layer 1")
 
 
-def test_miswired_input(folded_plan):
-    p = mutated(folded_plan)
+def test_miswired_input(small_plan):
+    p = mutated(small_plan)
     i = find(p, Op.ATTN, layer=0)
     p.tiles[i, COL["in2_buf"]], p.tiles[i, COL["in3_buf"]] = p.tiles[i, COL["in3_buf"]], p.tiles[i, COL["in2_buf"]]
     refuse(p, f"tile {i} ", "the model needs L0.k")
 
 
-def test_overlapping_buffers(folded_plan):
-    p = mutated(folded_plan)
+def test_overlapping_buffers(small_plan):
+    p = mutated(small_plan)
     p.buffers[1, 0] = p.buffers[0, 0]
     refuse(p, "overlap")
 
 
-def test_buffer_out_of_scratch(folded_plan):
-    p = mutated(folded_plan)
+def test_buffer_out_of_scratch(small_plan):
+    p = mutated(small_plan)
     p.header["scratch_bytes"] -= 256
     refuse(p, "exceed scratch_bytes")
 
 
-def test_tile_on_two_workers(folded_plan):
-    p = mutated(folded_plan)
+def test_tile_on_two_workers(small_plan):
+    p = mutated(small_plan)
     p.worker_tiles[0] = p.worker_tiles[-1]
     refuse(p, "times in worker lists")
 
 
-def test_header_must_match_shape(folded_plan):
-    p = mutated(folded_plan)
+def test_header_must_match_shape(small_plan):
+    p = mutated(small_plan)
     p.header["hidden"] += 8
     refuse(p, "hidden")
 
@@ -256,5 +210,5 @@ def test_more_workers_than_sms():
     refuse(p, "13 workers", "12 SMs", "deadlock")
 
 
-def test_error_is_value_error(folded_plan):
+def test_error_is_value_error(small_plan):
     assert issubclass(PlanError, ValueError)

@@ -256,20 +256,3 @@ def test_corrupt_plan_fields_are_refused(model, plan, prompt):
     bound.runtime.header[fmt.HEADER.index("magic")] = 1
     with pytest.raises(RuntimeError, match="not a Tiles plan header"):
         bound.step(cache, 1, PROMPT)
-
-
-def test_o_tiles_that_merge_equal_merge_tiles(model, plan):
-    """A plan without MERGE tiles (the o projection merges the partials itself) computes the same bits as one with
-    them, in plan order and shuffled; a 70-token prompt fills 3 of the 6 attention partitions (granule 32)."""
-    merge_plan = plan
-    assert (merge_plan.tiles[:, TF["op"]] == Op.MERGE).any()
-    plan = build_plan(model.config, workers=13, fold_merge=True)
-    assert not (plan.tiles[:, TF["op"]] == Op.MERGE).any()
-    n = 70
-    long_prompt = torch.randint(0, 1000, (1, n), generator=torch.Generator().manual_seed(6))
-    ref_bound, ref_cache = Bound.of(model, merge_plan), prefill(model, long_prompt, n + 8)
-    ref_logits, ref_tokens = ref_bound.step(ref_cache, 11, n, num_steps=6)
-    for seed in (0, 4):
-        bound, cache = Bound.of(model, plan), prefill(model, long_prompt, n + 8)
-        logits, tokens = bound.step(cache, 11, n, num_steps=6, order_seed=seed)
-        assert torch.equal(tokens, ref_tokens) and torch.equal(logits, ref_logits)

@@ -177,13 +177,7 @@ PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
         expected_weight_shape(h, t.weight, &r, &cols);
         c.matrix(t.weight, t.row_end, cols, "weight");
         c.fail_if(cols == 0, "weight is a vector");
-        c.fail_if(t.aux0 != 0 && t.aux0 != 1, "aux0 (merge attention partials) must be 0 or 1");
-        if (t.aux0 == 1) {
-          c.fail_if(cols != nq, "a RESID that merges attention partials must be an o projection");
-          c.buffer(t.in_buf, kDTypeF32, parts, "in_buf (attention partials)");
-        } else {
-          c.buffer(t.in_buf, kDTypeBf16, cols, "in_buf");
-        }
+        c.buffer(t.in_buf, kDTypeBf16, cols, "in_buf");
         c.fail_if(t.out_offset < 0, "negative out_offset");
         c.buffer(t.in2_buf, kDTypeF32, int64_t(t.out_offset) + n, "in2_buf (residual)");
         c.buffer(t.out_buf, kDTypeF32, int64_t(t.out_offset) + n, "out_buf");

@@ -153,10 +153,11 @@ void run_attn(const LaunchIO& io, const StepIO& st, const Tile& t) {
   }
 }
 
-// The log-sum-exp merge of kv head kvh's partials into the bf16 attention output out[q_head * hd + d]: MERGE tiles,
-// and o-projection RESID tiles that merge for themselves (aux0 = 1).
-void merge_group(const Header& h, const float* parts, int64_t kvh, uint16_t* out) {
-  const int64_t hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions;
+void run_merge(const LaunchIO& io, const Tile& t) {
+  const Header& h = io.plan->h;
+  const int64_t hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions, kvh = t.aux0;
+  const float* parts = buf<float>(io, t.in_buf);
+  uint16_t* out = buf<uint16_t>(io, t.out_buf);
   std::vector<float> o(hd);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t qh = kvh * G + g;
@@ -180,10 +181,6 @@ void merge_group(const Header& h, const float* parts, int64_t kvh, uint16_t* out
     const float inv = nan ? std::numeric_limits<float>::quiet_NaN() : 1.0f / L;
     for (int64_t d = 0; d < hd; ++d) out[qh * hd + d] = f32_to_bf16(o[d] * inv);
   }
-}
-
-void run_merge(const LaunchIO& io, const Tile& t) {
-  merge_group(io.plan->h, buf<float>(io, t.in_buf), t.aux0, buf<uint16_t>(io, t.out_buf));
 }
 
 }  // namespace
@@ -214,15 +211,7 @@ int64_t run_tile(const LaunchIO& io, const StepIO& st, const Tile& t) {
       return -1;
     case kOpResid: {
       const int64_t K = io.plan->weight_shapes[2 * t.weight + 1];
-      std::vector<uint16_t> merged;
-      const uint16_t* in;
-      if (t.aux0 == 1) {  // the input vector is the merge of the layer's attention partials (K = q heads x hd)
-        merged.resize(K);
-        for (int64_t kvh = 0; kvh < h.num_kv_heads; ++kvh) merge_group(h, buf<float>(io, t.in_buf), kvh, merged.data());
-        in = merged.data();
-      } else {
-        in = buf<uint16_t>(io, t.in_buf);
-      }
+      const uint16_t* in = buf<uint16_t>(io, t.in_buf);
       std::vector<float> x(K);
       for (int64_t k = 0; k < K; ++k) x[k] = bf16_to_f32(in[k]);
       const uint16_t* w = io.weights[t.weight];

@@ -1195,55 +1195,6 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
   }
 }
 
-// An o-projection RESID that merges for itself (aux0 = 1): the bf16 attention output of every q head, into `h`
-// (shared memory), with merge_tile's arithmetic exactly (same values, same order), so the results equal those of a
-// plan with MERGE tiles bit for bit. Partitions that hold no position at pos are not read: their partials are
-// (m = -inf, l = 0, o = 0) by the ATTN contract, which is what merge_tile computes with.
-__device__ __noinline__ void merge_to_smem(const KernelParams& p, const float* part, int64_t pos, uint16_t* h, float* sf) {
-  const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
-  const int nh = p.h.num_heads;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t n = static_cast<int32_t>(pos + 1);
-  // Warp per q head: M = max m_p, L = sum l_p exp(m_p - M), scale factors exp(m_p - M) / L.
-  for (int qh = warp; qh < nh; qh += kWarps) {
-    const int kvh = qh / G, g = qh - kvh * G;
-    float M = -INFINITY;
-    for (int pp = lane; pp < P; pp += 32) {
-      int32_t lo, hi;
-      attn_partition_range(n, pp, P, p.h.attn_granule, &lo, &hi);
-      if (hi > lo) M = fmaxf(M, __ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2)));
-    }
-    M = warp_max(M);
-    float Ls = 0.f;
-    for (int pp = lane; pp < P; pp += 32) {
-      int32_t lo, hi;
-      attn_partition_range(n, pp, P, p.h.attn_granule, &lo, &hi);
-      float e = 0.f;
-      if (hi > lo) {
-        const float* r = part + (int64_t(kvh * P + pp) * G + g) * (hd + 2);
-        const float m = __ldcg(r);
-        e = m == -INFINITY ? 0.f : expf(m - M);
-        Ls += __ldcg(r + 1) * e;
-      }
-      sf[qh * P + pp] = e;
-    }
-    Ls = warp_sum(Ls);
-    for (int pp = lane; pp < P; pp += 32) sf[qh * P + pp] /= Ls;
-  }
-  __syncthreads();
-  for (int i = tid; i < nh * hd; i += kThreads) {
-    const int qh = i / hd, d = i - qh * hd;
-    const int kvh = qh / G, g = qh - kvh * G;
-    float acc = 0.f;
-    for (int pp = 0; pp < P; ++pp) {
-      const float e = sf[qh * P + pp];
-      if (e != 0.f) acc = fmaf(__ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2) + 2 + d), e, acc);
-    }
-    h[i] = f2bf(acc);
-  }
-  __syncthreads();
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------------------------
@@ -1324,10 +1275,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         const float* resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
         for (int32_t r = tid; r < t.row_end - t.row_begin; r += kThreads) rsd[r] = __ldcg(resid + t.out_offset + r);
       }
-      if (t.op == kOpResid && t.aux0 == 1) {
-        merge_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), sc.pos, vec,
-                      reinterpret_cast<float*>(smem + L.msf));
-      } else if (t.op == kOpResid) {
+      if (t.op == kOpResid) {
         copy_bf16_to_smem(reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec);
       } else {
         rmsnorm_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), p.weights[t.norm], cols, vec,

@@ -134,7 +134,7 @@ struct SmemLayout {
   int32_t vbuf;     // bf16 V chunk [chunk][hd]
   int32_t kbuf2;    // kOptAttnDoubleBuffer: second K chunk (as kbuf); -1 when off or it does not fit
   int32_t vbuf2;    // kOptAttnDoubleBuffer: second V chunk (as vbuf); -1 when off or it does not fit
-  int32_t msf;      // fp32 merge scale factors [num_heads * P] (MERGE: [G * P]; a merging RESID: every head)
+  int32_t msf;      // fp32 merge scale factors [G * P]
   int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
   int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
   int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; kOptWeightRing: one per slot; else empty
@@ -180,7 +180,7 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.sc = o; o += up16(s.chunk * G * 4);
   s.kbuf = o; o += up16(s.chunk * (hd + 8) * 2);
   s.vbuf = o; o += up16(s.chunk * hd * 2);
-  s.msf = o; o += up16(h.num_heads * h.attn_partitions * 4);
+  s.msf = o; o += up16(G * h.attn_partitions * 4);
   s.rsd = o; o += up16(h.hidden * 4);
   // The weight ring's slots take the place of the stage (the same 128 KB; 4, 128 and 256 are off with it).
   const bool ring = (opt & kOptWeightRing) != 0;
