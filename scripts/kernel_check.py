@@ -323,12 +323,25 @@ def main():
                 res["errors"].append(f"ring sweep {ahead}: {e}")
                 traceback.print_exc()
                 op = Op(model, plan, 4096 + 256)
+        os.environ["TILES_RING_L2_AHEAD"] = "0"
+        for slots in (2, 3):  # fewer bytes in flight per warp (4 is the row above with look-ahead 0)
+            os.environ["TILES_RING_SLOTS"] = str(slots)
+            try:
+                t = time_op(op, 32, iters, graph_only=True)
+                ring_sweep.append({"ring_l2_ahead": 0, "ring_slots": slots, **t})
+                log(f"opt {ring_opt} ring slots {slots}: graph {t['graph_ms']:.4f} ms/token")
+            except Exception as e:
+                res["errors"].append(f"ring slots {slots}: {e}")
+                traceback.print_exc()
+                op = Op(model, plan, 4096 + 256)
+        os.environ.pop("TILES_RING_SLOTS", None)
         res["llama_1b"]["ring_l2_sweep"] = ring_sweep
         if ring_sweep:
-            best_ahead = min(ring_sweep, key=lambda r: r["graph_ms"])["ring_l2_ahead"]
+            best_ahead = min((r for r in ring_sweep if "ring_slots" not in r), key=lambda r: r["graph_ms"])[
+                "ring_l2_ahead"]
             os.environ["TILES_RING_L2_AHEAD"] = str(best_ahead)
             res["llama_1b"]["best_ring_l2_ahead"] = best_ahead
-            best_ring = min(ring_sweep, key=lambda r: r["graph_ms"])
+            best_ring = min((r for r in ring_sweep if "ring_slots" not in r), key=lambda r: r["graph_ms"])
             if best_ring.get("bit_identical_to_first") and best_ring["graph_ms"] < min(
                     r["graph_ms"] for r in opts if "graph_ms" in r):
                 best_opt = ring_opt
@@ -428,8 +441,8 @@ def main():
     log(f"settings: TILES_KERNEL_OPT={L.get('best_opt')}, prefetch {L.get('best_prefetch')}, "
         f"ring L2 ahead {L.get('best_ring_l2_ahead')}")
     for r in L.get("ring_l2_sweep", []):
-        log(f"  ring L2 ahead {r['ring_l2_ahead']:>2}: graph ctx32 {r['graph_ms']:.4f}  "
-            f"bit-identical {r.get('bit_identical_to_first')}")
+        log(f"  ring L2 ahead {r['ring_l2_ahead']:>2} slots {r.get('ring_slots', 4)}: graph ctx32 "
+            f"{r['graph_ms']:.4f}  bit-identical {r.get('bit_identical_to_first')}")
     for r in L.get("kernel_opts", []):
         log(f"  llama opt {r['opt']:>3}: graph ctx32 {r.get('graph_ms', float('nan')):.4f}  "
             f"bit-identical {r.get('bit_identical_to_first')}")

@@ -40,6 +40,9 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   p.opt = opt;
   if (const char* a = std::getenv("TILES_RING_L2_AHEAD")) p.ring_l2_ahead = std::atoi(a);
   if (const char* a = std::getenv("TILES_RING_FENCE")) p.ring_fence = std::atoi(a);
+  p.ring_slots = kRingSlots;
+  if (const char* a = std::getenv("TILES_RING_SLOTS")) p.ring_slots = std::atoi(a);
+  if (p.ring_slots < 2 || p.ring_slots > kRingSlots) return -3;
   p.tile_times = tile_times;
   p.tile_times_stride = tile_times_stride;
   for (int i = 0; i < p.h.num_weights; ++i) p.weights[i] = static_cast<const uint16_t*>(weights[i]);

@@ -760,7 +760,9 @@ __device__ __forceinline__ void ring_fill_lane0(const KernelParams& p, const int
   const RingPlan rp{recs, tbeg, tend};
   RingCur c = cur[0];
   bool issued = false;
-  while (static_cast<uint32_t>(c.n) < taken + kRingSlots) {
+  // p.ring_slots (2..kRingSlots) of the kRingSlots slots are used: batch n still goes to slot n % kRingSlots, which
+  // batch n - kRingSlots (< taken) has freed.
+  while (static_cast<uint32_t>(c.n) < taken + static_cast<uint32_t>(p.ring_slots)) {
     const uint16_t* src;
     uint32_t bytes;
     if (!ring_locate(p, rp, c, &src, &bytes)) break;

@@ -109,6 +109,7 @@ struct KernelParams {
   int32_t opt;                // kOpt* bitmask
   int32_t ring_l2_ahead;      // kOptWeightRing: batches per warp prefetched into L2 beyond the ring (0 = none)
   int32_t ring_fence;         // kOptWeightRing: 1 = fence.proxy.async before each refill (0 = none; see ring_release)
+  int32_t ring_slots;         // kOptWeightRing: batches per warp in flight or landed, 2..kRingSlots (bytes in flight)
   // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): %globaltimer at tile start,
   // after its wait, after its signal, at [((step * num_workers + worker) * tile_times_stride + k) * 3 + 0..2] for the
   // worker's k-th tile. Null (and ignored) in the product build.

@@ -261,6 +261,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
               " outside 0..64 (batches per warp)");
   p.ring_l2_ahead = static_cast<int32_t>(l2_ahead);
   p.ring_fence = env_int("TILES_RING_FENCE", 0) != 0 ? 1 : 0;
+  const int64_t ring_slots = env_int("TILES_RING_SLOTS", cuda::kRingSlots);
+  TORCH_CHECK(ring_slots >= 2 && ring_slots <= cuda::kRingSlots, "tiles::decode_step (CUDA): TILES_RING_SLOTS=",
+              ring_slots, " outside 2..", cuda::kRingSlots, " (a warp reads a row pair from two slots at once)");
+  p.ring_slots = static_cast<int32_t>(ring_slots);
   p.opt = static_cast<int32_t>(opt);
   for (int64_t i = 0; i < h.num_weights; ++i) {
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
