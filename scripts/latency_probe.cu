@@ -19,6 +19,9 @@ constexpr int kChain = 16;          // dependent loads per latency sample
 constexpr int kTableWords = 1024;   // per-block chase table (4 KB, stays in L2)
 constexpr int kMaxSamples = 4096;
 
+// The same instructions as the decode kernel's ld_weight / ld_acquire / global_ns (csrc/cuda/decode_kernel.cu), written
+// again on purpose: moving the kernel's copies into a shared header changed the kernel's register allocation (ptxas
+// 96 -> 136 B stack, 12/20 -> 64/120 B spills, 2026-11-30), and such changes cost 1-3% (docs/perf-log.md v7).
 __device__ __forceinline__ uint4 ld_nc(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
