@@ -336,12 +336,11 @@ def main():
                 op = Op(model, plan, 4096 + 256)
         os.environ.pop("TILES_RING_SLOTS", None)
         res["llama_1b"]["ring_l2_sweep"] = ring_sweep
-        if ring_sweep:
-            best_ahead = min((r for r in ring_sweep if "ring_slots" not in r), key=lambda r: r["graph_ms"])[
-                "ring_l2_ahead"]
-            os.environ["TILES_RING_L2_AHEAD"] = str(best_ahead)
-            res["llama_1b"]["best_ring_l2_ahead"] = best_ahead
-            best_ring = min((r for r in ring_sweep if "ring_slots" not in r), key=lambda r: r["graph_ms"])
+        ahead_rows = [r for r in ring_sweep if "ring_slots" not in r]
+        if ahead_rows:
+            best_ring = min(ahead_rows, key=lambda r: r["graph_ms"])
+            os.environ["TILES_RING_L2_AHEAD"] = str(best_ring["ring_l2_ahead"])
+            res["llama_1b"]["best_ring_l2_ahead"] = best_ring["ring_l2_ahead"]
             if best_ring.get("bit_identical_to_first") and best_ring["graph_ms"] < min(
                     r["graph_ms"] for r in opts if "graph_ms" in r):
                 best_opt = ring_opt

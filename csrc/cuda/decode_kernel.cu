@@ -643,7 +643,7 @@ __device__ void bulk_next(const KernelParams& p, BulkCtx& bc) {
 // ---------------------------------------------------------------------------------------------------------------
 // A warp's stream is the sequence of row batches its matvec loop reads, in that order: for each matvec tile of the
 // worker (plan order, step after step), for each of the warp's items (item = warp, warp + kWarps, ...), for each
-// batch of kUnroll x 32 chunks of the item's column slice: row A's piece, then row B's (when the item has one).
+// batch of kRingChunks chunks of the item's column slice: row A's piece, then row B's (when the item has one).
 // Batch n lives in slot n % kRingSlots; its mbarrier completes one phase per fill, so its parity is
 // (n / kRingSlots) & 1. Lane 0 produces (RingCur in shared memory), all lanes consume (RingCtx in registers).
 // Weights never depend on activations, so the stream needs no dependency: only the ring's capacity throttles it.
@@ -654,12 +654,11 @@ struct RingCur {      // kRingCurWords words; lane 0 of its warp only
   int32_t item;       // the warp's item in tile k, -1 = not yet located
   int32_t base;       // first chunk of the batch in the item's slice
   int32_t c1;         // end of the item's slice
-  int32_t items;      // items of tile k
   int32_t row;        // 0 = row A, 1 = row B
   int32_t bvalid;     // the item has a row B
   int32_t n;          // batches issued so far (ring) / prefetched so far (L2 cursor)
   int32_t done;       // the stream has no further batch in this launch
-  int32_t pad[2];
+  int32_t pad[3];
 };
 static_assert(sizeof(RingCur) == kRingCurWords * 4, "RingCur size");
 
@@ -730,7 +729,6 @@ __device__ __forceinline__ bool ring_locate(const KernelParams& p, const RingPla
       c.B = it.B;
       c.base = it.c0;
       c.c1 = it.c1;
-      c.items = m.items;
       c.row = 0;
       c.bvalid = it.bvalid ? 1 : 0;
       break;
@@ -751,10 +749,9 @@ __device__ __forceinline__ void ring_advance(RingCur& c) {
   }
 }
 
-// Lane 0: fills every free slot (issued < taken + kRingSlots) with the warp's next batches, then moves the L2
+// Lane 0: fills every free slot (issued < taken + p.ring_slots) with the warp's next batches, then moves the L2
 // look-ahead cursor to p.ring_l2_ahead batches past the ring. The caller has ordered the lanes' reads of the freed
-// slots before these writes (__syncwarp + fence.proxy.async).
-// Not inlined: the producer's walk stays out of the matvec loop's registers (scalar arguments, no stack object).
+// slots before these writes (ring_release). Scalar arguments, not a RingCtx reference: no stack copy of the context.
 __device__ __forceinline__ void ring_fill_lane0(const KernelParams& p, const int32_t* recs, int32_t tbeg, int32_t tend,
                                              RingCur* cur, uint8_t* slots, uint64_t* bars, uint32_t taken) {
   const RingPlan rp{recs, tbeg, tend};

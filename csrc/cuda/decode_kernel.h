@@ -62,10 +62,10 @@ constexpr int32_t kOptBulkNoAhead = 256;
 // path runs).
 constexpr int32_t kOptAttnDoubleBuffer = 512;
 // The weight ring: every warp streams the weight rows of ITS work items, in the order it consumes them, through a
-// ring of kRingSlots 4 KB slots in shared memory filled by 1-D bulk copies (TMA engine), across tile, stage and step
-// boundaries. A slot is refilled with the warp's next batch as soon as its rows are in registers, so an SM always has
-// its next kWarps x kRingSlots x 4 KB of weights in flight or landed, also while it waits on a dependency: the
-// hand-off latency hides under the stream instead of adding to it (docs/perf-log.md v6). Replaces 4, 128, 256 and
+// ring of kRingSlots slots of kRingSlotBytes in shared memory filled by 1-D bulk copies (TMA engine), across tile,
+// stage and step boundaries. A slot is refilled with the warp's next batch as soon as the arithmetic has read it, so
+// an SM keeps its next kWarps x kRingSlots x kRingSlotBytes of weights in flight or landed, also while it waits on a
+// dependency. Measured slower than plain loads (docs/perf-log.md v6): kept switchable, in its own instantiation. Replaces 4, 128, 256 and
 // the L2 prefetch for matvec tiles. Needs the plan records in shared memory (16; without them the worker runs the
 // path without the ring). TILES_RING_L2_AHEAD = n additionally prefetches into L2 the n batches per warp that
 // follow the ring (deeper than shared memory allows).

@@ -255,16 +255,19 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   p.prefetch_bytes = static_cast<int32_t>(env_int(
       "TILES_PREFETCH_BYTES", (opt & (cuda::kOptStageWeights | cuda::kOptBulkStage)) ? 0 : 65536));
   p.prefetch_next = static_cast<int32_t>(env_int("TILES_PREFETCH_NEXT", 0));
-  if (opt & cuda::kOptWeightRing) p.prefetch_bytes = 0;  // the ring streams every matvec tile's weights itself
-  const int64_t l2_ahead = env_int("TILES_RING_L2_AHEAD", 0);
-  TORCH_CHECK(l2_ahead >= 0 && l2_ahead <= 64, "tiles::decode_step (CUDA): TILES_RING_L2_AHEAD=", l2_ahead,
-              " outside 0..64 (batches per warp)");
-  p.ring_l2_ahead = static_cast<int32_t>(l2_ahead);
-  p.ring_fence = env_int("TILES_RING_FENCE", 0) != 0 ? 1 : 0;
-  const int64_t ring_slots = env_int("TILES_RING_SLOTS", cuda::kRingSlots);
-  TORCH_CHECK(ring_slots >= 2 && ring_slots <= cuda::kRingSlots, "tiles::decode_step (CUDA): TILES_RING_SLOTS=",
-              ring_slots, " outside 2..", cuda::kRingSlots, " (a warp reads a row pair from two slots at once)");
-  p.ring_slots = static_cast<int32_t>(ring_slots);
+  p.ring_slots = cuda::kRingSlots;
+  if (opt & cuda::kOptWeightRing) {  // the ring's knobs are read only when it runs (no per-call work otherwise)
+    p.prefetch_bytes = 0;  // the ring streams every matvec tile's weights itself
+    const int64_t l2_ahead = env_int("TILES_RING_L2_AHEAD", 0);
+    TORCH_CHECK(l2_ahead >= 0 && l2_ahead <= 64, "tiles::decode_step (CUDA): TILES_RING_L2_AHEAD=", l2_ahead,
+                " outside 0..64 (batches per warp)");
+    p.ring_l2_ahead = static_cast<int32_t>(l2_ahead);
+    p.ring_fence = env_int("TILES_RING_FENCE", 0) != 0 ? 1 : 0;
+    const int64_t ring_slots = env_int("TILES_RING_SLOTS", cuda::kRingSlots);
+    TORCH_CHECK(ring_slots >= 2 && ring_slots <= cuda::kRingSlots, "tiles::decode_step (CUDA): TILES_RING_SLOTS=",
+                ring_slots, " outside 2..", cuda::kRingSlots, " (a warp reads a row pair from two slots at once)");
+    p.ring_slots = static_cast<int32_t>(ring_slots);
+  }
   p.opt = static_cast<int32_t>(opt);
   for (int64_t i = 0; i < h.num_weights; ++i) {
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
