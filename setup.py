@@ -8,6 +8,7 @@ Environment:
   MAX_JOBS              parallel compile jobs for ninja (default: all cores).
   TILES_FORCE_CPU=1     build the CPU-only extension even where CUDA is available.
   TILES_DEBUG=1         -O0 -g (and -G for device code) instead of -O3.
+  TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 8).
 """
 import glob
 import os
@@ -78,6 +79,11 @@ def _use_system_compiler():
 _use_system_compiler()
 
 
+def _kunroll() -> list[tuple[str, str]]:
+    v = os.environ.get("TILES_KUNROLL")
+    return [("TILES_KUNROLL", str(int(v)))] if v else []
+
+
 def _extension():
     debug = os.environ.get("TILES_DEBUG") == "1"
     # -g0: Python's own CFLAGS carry -g, which slows the build and bloats the library for nothing here.
@@ -97,7 +103,7 @@ def _extension():
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
-                             define_macros=[("TILES_WITH_CUDA", "1")],
+                             define_macros=[("TILES_WITH_CUDA", "1")] + _kunroll(),
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc})
     why = ("TILES_FORCE_CPU=1" if os.environ.get("TILES_FORCE_CPU") == "1"
            else "torch has no CUDA" if torch.version.cuda is None else "no CUDA toolkit (CUDA_HOME unset)")

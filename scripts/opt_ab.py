@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A/B of kernel option sets, alternating to separate the difference from drift: ms/token (CUDA-graph replay, one
-token per launch) per model and context. Usage: python scripts/opt_ab.py --opts 95,607 --rounds 2"""
+token per launch) per model and context. Usage: python scripts/opt_ab.py --opts 95,607 --rounds 2
+An entry of --opts may carry environment settings of the glue: 607@TILES_PREFETCH_NEXT=1@TILES_PREFETCH_BYTES=65536."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--opts", default="95,607")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--partitions", default="0", help="attention partitions per KV head to plan with (0: planner's)")
+    ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
@@ -30,19 +33,36 @@ def main():
         name, ctxs = spec.split(":")
         cfg = load_config(name)
         model = random_model(cfg, device="cuda", seed=0)
-        plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"))
-        op = Op(model, plan, 4096 + 256)
-        for ctx in [int(c) for c in ctxs.split(",")]:
-            for r in range(args.rounds):
-                for o in args.opts.split(","):
-                    os.environ["TILES_KERNEL_OPT"] = o
-                    ms = time_op(op, ctx, 100, graph_only=True)["graph_ms"]
-                    res.append({"model": name, "ctx": ctx, "opt": int(o), "round": r, "graph_ms": ms})
-                    print(f"{name} ctx {ctx} opt {o} round {r}: {ms:.4f} ms", flush=True)
-        del op, model
+        for parts in [int(x) for x in args.partitions.split(",")]:
+            plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
+                              attn_partitions=parts or None)
+            op = Op(model, plan, args.max_cache)
+            run_contexts(args, name, op, ctxs, parts, res)
+            del op
+        del model
         torch.cuda.empty_cache()
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "opt_ab.json").write_text(json.dumps(res, indent=1))
+
+
+def run_contexts(args, name, op, ctxs, parts, res):
+    """Times every option set at every context, alternating rounds (drift shows as round-to-round change)."""
+    for ctx in [int(c) for c in ctxs.split(",")]:
+        for r in range(args.rounds):
+            for o in args.opts.split(","):
+                opt, *env = o.split("@")
+                saved = {k: os.environ.get(k) for k, _ in (e.split("=", 1) for e in env)}
+                os.environ["TILES_KERNEL_OPT"] = opt
+                os.environ.update(dict(e.split("=", 1) for e in env))
+                ms = time_op(op, ctx, 100, graph_only=True)["graph_ms"]
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "round": r,
+                            "graph_ms": ms})
+                print(f"{name} ctx {ctx} P {parts or 'plan'} opt {o} round {r}: {ms:.4f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -237,8 +237,10 @@ def test_multi_token_eos_stops_early():
 # Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights; AttnDoubleBuffer's second
 # chunk buffer is the weight stage with 4, appended without; 64 prestages its first chunk), everything.
 # The weight ring (1024) runs only with the plan records in shared memory (16); 1024 alone takes the plain path.
+# StageAhead (2048) acts only with 4 and without 128 and 1024 (2048 alone, 4095: the other paths).
 OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
-            95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047)
+            95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047,
+            2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095)
 
 
 @pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700)],

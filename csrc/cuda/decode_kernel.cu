@@ -2,7 +2,8 @@
 // step of the launch. Semantics of every op: planner/format.py (docstring). Dependencies are the plan's monotonic
 // counters (release/acquire at GPU scope); every spin-wait is bounded and reports through the state's error words.
 //
-// Weight streaming: plain 16-byte ld.global.nc loads, 16 in flight per lane (two rows x 8 chunks), plus an L2 bulk
+// Weight streaming: plain 16-byte ld.global.nc loads, 8 in flight per lane (two rows x kUnroll = 4 chunks: 64 KB
+// per SM; 128 KB cost 7%, queueing every hand-off behind the stream: docs/perf-log.md v9), plus an L2 bulk
 // prefetch (cp.async.bulk.prefetch.L2) of a tile's weight rows issued BEFORE the tile waits on its dependencies, so
 // the weights of a tile stream while its inputs are still being produced (weights never depend on activations).
 // docs/perf-log.md records why this and not (yet) the shared-memory ring of bulk copies.
@@ -541,18 +542,20 @@ __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t*
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t cols = weight_cols(p, t.weight);
   const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
-  if (warp >= m.items) return;
-  const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
-                                    t.row_begin, t.row_end, cols, warp);
-  uint8_t* sw = stage + warp * kStageBytesPerWarp;
+  if (warp < m.items) {
+    const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
+                                      t.row_begin, t.row_end, cols, warp);
+    uint8_t* sw = stage + warp * kStageBytesPerWarp;
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int32_t c = it.c0 + u * 32 + lane;
-    if (c < it.c1) {
-      cp_async16(sw + (u * 32 + lane) * 16, it.A + int64_t(c) * 8);
-      if (it.bvalid) cp_async16(sw + ((kUnroll + u) * 32 + lane) * 16, it.B + int64_t(c) * 8);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t c = it.c0 + u * 32 + lane;
+      if (c < it.c1) {
+        cp_async16(sw + (u * 32 + lane) * 16, it.A + int64_t(c) * 8);
+        if (it.bvalid) cp_async16(sw + ((kUnroll + u) * 32 + lane) * 16, it.B + int64_t(c) * 8);
+      }
     }
   }
+  // Every thread commits one group per staged tile, possibly empty: kOptStageAhead's wait_group 1 counts on it.
   cp_async_commit();
 }
 
@@ -840,11 +843,18 @@ __device__ void ring_drain(const KernelParams& p, RingCtx& r) {
 // after the warp's mbarrier wait; after the warp's first batch the region takes the next matvec tile's batch.
 // `ring`: kOptWeightRing state of this warp (null otherwise): every batch comes from the warp's ring.
 __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h,
-                       const MatvecOut& o, float* red, const uint8_t* stage, BulkCtx* bc, RingCtx* ring) {
+                       const MatvecOut& o, float* red, const uint8_t* stage, BulkCtx* bc, RingCtx* ring,
+                       bool ahead_pending) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
   const uint4* hv = reinterpret_cast<const uint4*>(h);
-  if (stage != nullptr) cp_async_wait_all();
+  if (stage != nullptr) {
+    if (ahead_pending) {
+      cp_async_wait_but_last();  // kOptStageAhead: the next tile's batch, committed last, may stay in flight
+    } else {
+      cp_async_wait_all();
+    }
+  }
   const uint8_t* bstage = bc != nullptr && bc->armed == bc->k ? bc->stage : nullptr;
   bool next_done = bc == nullptr;
   for (int32_t item = warp; item < m.items; item += kWarps) {
@@ -1032,7 +1042,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   if (lo <= pos && pos < hi) {
     // This partition owns the new position: append the rotated k (rounded to bf16) and v to the cache.
     const int half = hd / 2;
-    for (int d = tid; d < hd; d += kThreads) {
+    auto new_row = [&](int d) {
       const int dp = d < half ? d + half : d - half;
       const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
       const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
@@ -1043,6 +1053,12 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
         kb[(pos - lo) * kstride + d] = kr;
         vb[(pos - lo) * hd + d] = vr;
       }
+    };
+    // Threads past the q elements take the row, so that its reads and q's are one L2 round trip, not two.
+    if (G * hd + hd <= kThreads) {
+      if (tid >= G * hd && tid < G * hd + hd) new_row(tid - G * hd);
+    } else {
+      for (int d = tid; d < hd; d += kThreads) new_row(d);
     }
     // The row is read back below through L2 (ld.cg) by other threads of this block, unless it is staged.
     if (!first_local) __threadfence();
@@ -1212,18 +1228,23 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 // Runs one tile. False when the worker must stop (an error was raised).
 // `rec`: the tile's local plan record (kOptPlanSmem) or null.
 // `times`: this tile's three timestamps (TILES_TILE_TIMING builds) or null.
+// `ahead`: kOptStageAhead, this matvec tile's batch, already staged by the caller (null otherwise); `ahead_pending`:
+// the next matvec tile's batch was committed after it.
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
-                         unsigned long long* times, BulkCtx* bc, RingCtx* ring) {
+                         unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0 && times != nullptr) times[0] = global_ns();
 #endif
   const bool is_matvec = op_is_matvec(t.op);
   const bool bulk = bc != nullptr && is_matvec;
-  uint8_t* stage =
-      (p.opt & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec ? smem + L.stage : nullptr;
-  if (stage != nullptr) stage_first_batch(p, t, stage);
+  uint8_t* stage = ahead;
+  if (stage == nullptr) {
+    stage = (p.opt & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec ? smem + L.stage
+                                                                                                   : nullptr;
+    if (stage != nullptr) stage_first_batch(p, t, stage);
+  }
   if (bulk && bc->armed != bc->k) {
     // Not staged by the previous matvec tile (the step's first one): stage it now, before the wait. The copy engine
     // moves it; the poll and the input loads do not queue behind it.
@@ -1297,7 +1318,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       }
       if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
       matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
-             bulk ? bc : nullptr, ring);
+             bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending);
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
         // wrote: the fence makes each writer's stores visible at L2 before the barrier.
@@ -1377,9 +1398,10 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
 
 }  // namespace
 
-// Two instantiations: kRing = the weight-ring path (kOptWeightRing), compiled separately so that its code does not
-// change the register allocation of the other path (the kernel is at its 128-register bound).
-template <bool kRing>
+// Three instantiations: kRing = the weight-ring path (kOptWeightRing), kAhead = kOptStageAhead, each compiled
+// separately so that its code does not change the register allocation of the default path (the kernel is at its
+// 128-register bound; docs/perf-log.md v7).
+template <bool kRing, bool kAhead>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
   uint8_t* smem = g_smem;
   __shared__ int s_flag;
@@ -1439,6 +1461,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   // The weight ring needs the tile records in shared memory (its producer walks them for every batch).
   const bool use_ring = kRing && (p.opt & kOptWeightRing) && plan_local;
   const bool bulk = (p.opt & kOptBulkStage) != 0 && !use_ring;
+  // kOptStageAhead: the slot (0/1) of the next staged tile and the index of the tile staged there (-1: none).
+  int32_t ahead_slot = 0, ahead_k = -1;
   RingCtx rg;
   {
     const int warp = tid >> 5;
@@ -1574,7 +1598,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
           }
         }
       }
-      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr, ring)) {
+      uint8_t* ahead = nullptr;
+      bool ahead_pending = false;
+      if (kAhead && op_is_matvec(t.op)) {
+        // This tile's batch (staged by the previous matvec tile, else now), then the next matvec tile's batch into
+        // the other slot. Not across steps: the next step may not run.
+        uint8_t* slot0 = smem + L.stage;
+        const int32_t slot_bytes = kWarps * kStageBytesPerWarp;
+        ahead = slot0 + ahead_slot * slot_bytes;
+        if (ahead_k != k) stage_first_batch(p, t, ahead);
+        ahead_slot ^= 1;
+        ahead_k = -1;
+        for (int32_t j = k + 1; j < tend; ++j) {
+          if (op_is_matvec(op_k(j))) {
+            const int32_t* rj;
+            stage_first_batch(p, tile_k(j, &rj), slot0 + ahead_slot * slot_bytes);
+            ahead_k = j;
+            ahead_pending = true;
+            break;
+          }
+        }
+      }
+      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr, ring, ahead,
+                    ahead_pending)) {
+        if (kAhead) cp_async_wait_all();  // the next tile's batch may be in flight
         bulk_consume(p, bc);  // no copy may land in a block that has exited
         if (use_ring) ring_drain(p, rg);
         return;
@@ -1605,17 +1652,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 }
 
 cudaError_t decode_set_smem_limit(int32_t bytes) {
-  cudaError_t e = cudaFuncSetAttribute(decode_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaError_t e = cudaFuncSetAttribute(decode_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(decode_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(decode_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return cudaFuncSetAttribute(decode_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int a = 0, b = 0;
-  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, decode_kernel<false>, kThreads, smem_bytes);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, decode_kernel<true>, kThreads, smem_bytes);
+  int a = 0, b = 0, c = 0;
+  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, decode_kernel<false, false>, kThreads, smem_bytes);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, decode_kernel<true, false>, kThreads,
+                                                                          smem_bytes);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, decode_kernel<false, true>, kThreads,
+                                                                          smem_bytes);
   *blocks = a < b ? a : b;
+  if (c < *blocks) *blocks = c;
   return e;
 }
 
@@ -1631,8 +1683,9 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true>, p);
-  return cudaLaunchKernelEx(&cfg, decode_kernel<false>, p);
+  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false>, p);
+  if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true>, p);
+  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false>, p);
 }
 
 }  // namespace cuda

@@ -21,7 +21,13 @@ constexpr int kMaxLayers = 64;         // bounds the by-value pointer tables bel
 constexpr int kMaxWeights = kMaxLayers * kLayerSlots + kFinalSlots;
 constexpr int kMaxGroup = kWarps;      // query heads per KV head: one warp per head in the softmax update
 constexpr int kAttnChunkElems = 8192;  // KV positions staged per attention chunk = kAttnChunkElems / head_dim
-constexpr int kUnroll = 8;             // 16-byte weight chunks per lane and row issued before the first use
+// 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per
+// SM. TILES_KUNROLL (a build-time experiment knob: setup.py and scripts/tile_timing.py pass it) changes it.
+#ifndef TILES_KUNROLL
+#define TILES_KUNROLL 4
+#endif
+constexpr int kUnroll = TILES_KUNROLL;
+static_assert(kUnroll >= 2 && kUnroll <= 8, "TILES_KUNROLL: 2 to 8");
 constexpr int kNormRegs = 8;           // residual elements per thread held in registers by the one-read RMSNorm
 constexpr int kStageBytesPerWarp = 2 * kUnroll * 32 * 16;  // one batch of two rows (kOptStageWeights)
 // kOptWeightRing: a batch is one row's kRingChunks 16-byte chunks (4 per lane). Four slots per warp, so that while a
@@ -70,7 +76,13 @@ constexpr int32_t kOptAttnDoubleBuffer = 512;
 // path without the ring). TILES_RING_L2_AHEAD = n additionally prefetches into L2 the n batches per warp that
 // follow the ring (deeper than shared memory allows).
 constexpr int32_t kOptWeightRing = 1024;
-constexpr int32_t kOptAll = 2047;
+// With 4 (not 128, not the ring): two stage slots. Before a matvec tile waits, each warp also stages the first batch
+// of the worker's NEXT matvec tile into the other slot, so that tile's first weights stream during this tile's wait
+// and work, i.e. across the ATTN/MERGE and o-projection stages where the memory system idles. Same values, same
+// order: only where the bytes come from changes. Its own kernel instantiation. Measured slower (docs/perf-log.md
+// v11: 2655 1.037 vs 607 0.998 ms at context 32): the extra burst at every boundary delays the hand-offs.
+constexpr int32_t kOptStageAhead = 2048;
+constexpr int32_t kOptAll = 4095;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 // 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
@@ -148,6 +160,14 @@ struct SmemLayout {
   int32_t splits;   // position groups of the o update
 };
 
+// kOptStageAhead takes effect with 4 and without 128 and the ring (which own the stage then).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline bool stage_ahead(int32_t opt) {
+  return (opt & kOptStageAhead) && (opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing));
+}
+
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
@@ -183,10 +203,12 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.vbuf = o; o += up16(s.chunk * hd * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);
   s.rsd = o; o += up16(h.hidden * 4);
-  // The weight ring's slots take the place of the stage (the same 128 KB; 4, 128 and 256 are off with it).
+  // The weight ring's slots take the place of the stage (128 KB; 4, 128 and 256 are off with it).
   const bool ring = (opt & kOptWeightRing) != 0;
-  static_assert(kRingSlots * kRingSlotBytes == kStageBytesPerWarp, "the ring replaces the stage in place");
-  s.stage = o; o += (ring || (opt & (kOptStageWeights | kOptBulkStage))) ? kWarps * kStageBytesPerWarp : 0;
+  const bool ahead = stage_ahead(opt);
+  s.stage = o;
+  o += ring ? kWarps * kRingSlots * kRingSlotBytes
+            : (opt & (kOptStageWeights | kOptBulkStage)) ? (ahead ? 2 : 1) * kWarps * kStageBytesPerWarp : 0;
   s.bars = o; o += ring ? up16(kWarps * kRingSlots * 8) : ((opt & kOptBulkStage) ? up16(kWarps * 8) : 0);
   s.rcur = o; o += ring ? kWarps * 2 * kRingCurWords * 4 : 0;
   // kOptAttnDoubleBuffer's second K/V chunk. With bit 4 (and neither 128 nor the ring) it reuses the weight stage:
@@ -196,7 +218,8 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   const int32_t kv2 = up16(s.chunk * (hd + 8) * 2) + up16(s.chunk * hd * 2);
   s.kbuf2 = s.vbuf2 = -1;
   if (opt & kOptAttnDoubleBuffer) {
-    if ((opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing)) && kv2 <= kWarps * kStageBytesPerWarp) {
+    if ((opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing)) && !ahead &&
+        kv2 <= kWarps * kStageBytesPerWarp) {
       s.kbuf2 = s.stage;
     } else if (o + kv2 <= kMaxSmemPerBlock) {
       s.kbuf2 = o;

@@ -227,6 +227,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(opt >= 0 && (opt & ~int64_t(cuda::kOptAll)) == 0, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
               " has bits outside ", cuda::kOptAll, " (bitmask of the kernel's latency options, decode_kernel.h)");
   const int32_t smem_bytes = cuda::smem_layout(h, static_cast<int32_t>(opt)).total;
+  // Checked before the attribute call, whose own failure ("invalid argument") would not say why.
+  TORCH_CHECK(smem_bytes <= cuda::kMaxSmemPerBlock, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
+              " needs ", smem_bytes, " bytes of shared memory per worker block for this model, more than the ",
+              cuda::kMaxSmemPerBlock, " the kernel may use (decode_kernel.h smem_layout); choose fewer options");
   const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes);
   TORCH_CHECK(blocks_per_sm >= 1, "tiles::decode_step (CUDA): a worker block (", cuda::kThreads, " threads, ",
               smem_bytes, " bytes of shared memory) does not fit on an SM");
