@@ -8,6 +8,7 @@ Environment:
   MAX_JOBS              parallel compile jobs for ninja (default: all cores).
   TILES_FORCE_CPU=1     build the CPU-only extension even where CUDA is available.
   TILES_DEBUG=1         -O0 -g (and -G for device code) instead of -O3.
+  TILES_KEEP_CXX=1      keep a compiler under /opt (by default replaced by /usr/bin/g++: see _use_system_compiler).
   TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 8).
 """
 import glob
@@ -62,14 +63,15 @@ _USE_CUDA = (torch.version.cuda is not None and CUDA_HOME is not None
 
 
 def _use_system_compiler():
-    """On the GPU image, Python's sysconfig compiler (/opt/gcc/bin/g++) links libstdc++ statically into the
-    extension; the private copy then crashes in torch's c10::str (seen on the H200 machine, 2026-11-30). Prefer the
-    system g++ there unless the user chose a compiler."""
+    """On the GPU image, the compiler under /opt (/opt/gcc/bin/g++: Python's sysconfig compiler, and the image's CXX)
+    links libstdc++ statically into the extension; the private copy then crashes in torch's c10::str, i.e. in every
+    error message (seen on the H200 machine, 2026-11-30, twice: with CXX unset and with CXX set to it). Use the
+    system g++ there. TILES_KEEP_CXX=1 keeps the configured compiler."""
     import sysconfig
-    if os.environ.get("CXX") or not os.path.exists("/usr/bin/g++"):
+    if os.environ.get("TILES_KEEP_CXX") == "1" or not os.path.exists("/usr/bin/g++"):
         return
     import shutil
-    configured = (sysconfig.get_config_var("CXX") or "g++").split()[0]
+    configured = (os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "g++").split()[0]
     resolved = os.path.realpath(shutil.which(configured) or configured)
     if resolved.startswith("/opt/"):
         os.environ.update(CXX="/usr/bin/g++", CC="/usr/bin/gcc", LDSHARED="/usr/bin/g++ -shared")

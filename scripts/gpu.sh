@@ -52,6 +52,11 @@ build() {
     # setup.sh: on a CUDA machine it keeps the image's torch and builds (pip install --no-build-isolation --no-deps -e .)
     source scripts/setup.sh || return 1
     [ "$TILES_GPU" = 1 ] || { echo "[gpu] torch sees no CUDA device"; return 1; }
+    # A private static libstdc++ in the extension crashes every error message (setup.py _use_system_compiler).
+    if nm tiles_ext/_C*.so 2>/dev/null | grep -q read_utf8_code_point; then
+        echo "[gpu] tiles_ext/_C links libstdc++ statically (compiler: $(grep -om1 '[^ ]*g++' build/build.log))"
+        return 1
+    fi
     (cd / && "$PY" -c "import torch, tiles_ext; assert torch._C._dispatch_has_kernel_for_dispatch_key(
         'tiles::decode_step', 'CUDA'), 'tiles_ext._C has no CUDA kernel'; print('[gpu] tiles_ext loads, CUDA kernel registered')")
 }

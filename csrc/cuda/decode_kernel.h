@@ -86,7 +86,8 @@ constexpr int32_t kOptAll = 4095;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 // 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
-// 1.969 at 16000 (Llama-1B, graph replay).
+// 1.969 at 16000 (Llama-1B, graph replay). With kUnroll 4 (session 3, v9-v11): 0.998 ms at 32, 1.178 at 4064;
+// 603 (no staging) +2.4% / +1.6%, 2655 (StageAhead) +4% / +5%.
 constexpr int32_t kOptDefault = kOptNormRegs | kOptResidSmem | kOptStageWeights | kOptNoFence | kOptPlanSmem |
                                 kOptAttnPrestage | kOptAttnDoubleBuffer;
 
