@@ -5,12 +5,16 @@
 
 Builds csrc/cuda/decode_kernel.cu with -DTILES_TILE_TIMING=1 plus scripts/tile_timing_launch.cu into a shared
 library (nvcc, ~20 s; the product extension has no timing code), runs `steps` tokens of a random-weight model on
-the plan, and reads %globaltimer at three points of every tile: start (before staging and the wait), wait done,
-signalled. For each stage (all tiles of one op in one layer) it reports, averaged over the layers and steps 1..:
+the plan, and reads %globaltimer at six points of every tile: start (before staging and the wait), wait done,
+signalled, and three phase marks (decode_kernel.h kTileTimes). For each stage (all tiles of one op in one layer) it
+reports, averaged over the layers and steps 1..:
   span     the stage's increment of the critical path: its last signal minus the last signal it waited for,
   handoff  median time from the producers' last signal to a waiting tile leaving its wait (counter latency),
   work     median / max over tiles of wait-done to signalled (the tile's own latency + streaming),
-  late     fraction of tiles that started after their inputs were ready (their worker was still busy).
+  late     fraction of tiles that started after their inputs were ready (their worker was still busy),
+and the critical tile's work by phase: inputs (matvec: the input vector in shared memory; ATTN: q and the new row;
+MERGE: the scale factors), main (the arithmetic / chunk loop / output), epilogue (up to the signal), signal.
+The timing build spills registers that the product build does not (ptxas), so its times run a little slower.
 Needs a CUDA GPU and nvcc. Prints a table; writes JSON.
 """
 from __future__ import annotations
@@ -56,6 +60,10 @@ def build_lib(out_dir: Path) -> Path:
     return lib
 
 
+# Timestamps per tile (decode_kernel.h kTileTimes): start, wait done, signalled, phase 1, phase 2, before the signal.
+TILE_TIMES = 6
+
+
 def op_name(op: int, weight: int, o_weights: set) -> str:
     names = {1: "EMBED", 2: "QKV", 3: "ATTN", 4: "MERGE", 5: "RESID", 6: "GATEUP", 7: "LMHEAD", 8: "ARGMAX"}
     n = names.get(op, f"op{op}")
@@ -82,7 +90,7 @@ def run(lib, model, plan, ctx, steps, opt, prefetch):
     W = h["num_workers"]
     offs = np.asarray(plan.worker_offsets)
     stride = int((offs[1:] - offs[:-1]).max())
-    times = torch.zeros(steps * W * stride * 3, dtype=torch.int64, device=dev)
+    times = torch.zeros(steps * W * stride * TILE_TIMES, dtype=torch.int64, device=dev)
     logits = torch.empty(steps, h["vocab"], dtype=torch.float32, device=dev)
     tokens = torch.empty(steps, dtype=torch.int64, device=dev)
     hw = torch.tensor(rt.header, dtype=torch.int32)
@@ -102,7 +110,7 @@ def run(lib, model, plan, ctx, steps, opt, prefetch):
         if rc != 0:
             raise RuntimeError(f"tiles_timing_run returned {rc}")
         check_state(rt.state, plan)
-    return times.view(steps, W, stride, 3).cpu().numpy().astype(np.int64), stride
+    return times.view(steps, W, stride, TILE_TIMES).cpu().numpy().astype(np.int64), stride
 
 
 def analyse(plan, T, stride):
@@ -124,21 +132,21 @@ def analyse(plan, T, stride):
                 if j >= stride:
                     break
                 ti = int(wt[offs[w] + j])
-                t0, t1, t2 = (int(x) for x in T[s, w, j])
+                t0, t1, t2, m1, m2, m3 = (int(x) for x in T[s, w, j])
                 if t2 == 0:
                     continue
                 sig = int(tiles[ti, C_SIGNAL])
                 ends[(s, sig)] = max(ends[(s, sig)], t2)
-                recs.append((s, w, ti, t0, t1, t2))
+                recs.append((s, w, ti, t0, t1, t2, m1, m2, m3))
     stage_tiles = defaultdict(list)  # (step, name, layer) -> list of (t0, t1, t2, dep_end)
-    for s, w, ti, t0, t1, t2 in recs:
+    for s, w, ti, t0, t1, t2, m1, m2, m3 in recs:
         dep = 0
         for k in range(int(tiles[ti, C_WAIT_COUNT])):
             c, _, off = (int(x) for x in waits[int(tiles[ti, C_WAIT_BEGIN]) + k])
             if s + off >= 0 and (s + off, c) in ends:
                 dep = max(dep, ends[(s + off, c)])
         name = op_name(int(tiles[ti, C_OP]), int(tiles[ti, C_WEIGHT]), o_weights)
-        stage_tiles[(s, name, int(tiles[ti, C_LAYER]))].append((t0, t1, t2, dep))
+        stage_tiles[(s, name, int(tiles[ti, C_LAYER]))].append((t0, t1, t2, dep, m1, m2, m3))
     per_name = defaultdict(lambda: defaultdict(list))
     for (s, name, layer), lst in stage_tiles.items():
         if s == 0:
@@ -160,6 +168,12 @@ def analyse(plan, T, stride):
         d["crit_wait_exit_us"].append((crit[1] - max(crit[3], crit[0])) / 1e3)
         d["crit_work_us"].append((crit[2] - crit[1]) / 1e3)
         d["late_frac"].append(len(late) / len(a))
+        # Phases of the critical tile (0 = a mark the op does not set: that phase is folded into the next).
+        if crit[4] and crit[5] and crit[6]:
+            d["crit_phase1_us"].append((crit[4] - crit[1]) / 1e3)  # wait done -> inputs ready
+            d["crit_phase2_us"].append((crit[5] - crit[4]) / 1e3)  # the main loop
+            d["crit_phase3_us"].append((crit[6] - crit[5]) / 1e3)  # epilogue up to the signal
+            d["crit_signal_us"].append((crit[2] - crit[6]) / 1e3)  # the signal itself
         d["count"].append(1)
     table = {}
     for name, d in per_name.items():
@@ -171,7 +185,7 @@ def analyse(plan, T, stride):
     arg_counter = plan.header["argmax_counter"]
     toks = [ends[(s, arg_counter)] - ends[(s - 1, arg_counter)] for s in range(1, steps)
             if (s, arg_counter) in ends and (s - 1, arg_counter) in ends]
-    all_t = np.sort(np.unique(np.asarray([r[3:] for r in recs]).ravel()))
+    all_t = np.sort(np.unique(np.asarray([r[3:6] for r in recs]).ravel()))
     res = float(np.diff(all_t)[np.diff(all_t) > 0].min()) if len(all_t) > 2 else float("nan")
     return {"token_us": statistics.mean(toks) / 1e3 if toks else None, "stages": table,
             "timer_resolution_ns": res}
@@ -213,6 +227,12 @@ def main():
             print(f"{name:<8}{s['stages_per_token']:>6.0f}{s['span_us']:>8.2f}{s['span_us_per_token']:>9.1f}"
                   f"{s.get('handoff_us', float('nan')):>9.2f}{s['work_med_us']:>9.2f}{s['work_max_us']:>9.2f}"
                   f"{s['crit_wait_exit_us']:>10.2f}{s['crit_work_us']:>10.2f}{s['late_frac']:>6.2f}")
+        print(f"critical tile's work by phase (us): {'stage':<8}{'inputs':>8}{'main':>8}{'epilogue':>9}{'signal':>8}")
+        for name in order:
+            s = r["stages"].get(name)
+            if s and "crit_phase1_us" in s:
+                print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
+                      f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}")
     paths = [Path(args.json)] if args.json else []
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / f"tile_timing-{args.model}.json")

@@ -137,6 +137,27 @@ def test_nvcc_compiles_kernel_for_sm90a(source, tmp_path):
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
 
 
+# The measurement tools' device code (scripts/tile_timing.py and scripts/latency_probe.py build it with nvcc on the
+# GPU machine): compiled here too, so that a kernel change that breaks the timing build fails CI, not a device call.
+TOOL_BUILDS = {
+    "tile_timing_kernel": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1"]),
+    "tile_timing_launch": (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILES_TILE_TIMING=1"]),
+    "latency_probe": (REPO / "scripts" / "latency_probe.cu", []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_BUILDS))
+def test_nvcc_compiles_measurement_tools(name, tmp_path):
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): CUDA sources not compiled")
+    source, defines = TOOL_BUILDS[name]
+    cmd = [nvcc, *NVCC_FLAGS, "-O3", *defines, f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
+           "-Xcompiler", "-fPIC", "-c", str(source), "-o", str(tmp_path / (name + ".o"))]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
+
+
 def _glue_sources() -> list[Path]:
     return sorted(CUDA_DIR.glob("*.cpp"))
 

@@ -25,6 +25,20 @@ namespace cuda {
 // can read the kOptPlanSmem tables at offset 0 without being handed the layout.
 extern __shared__ __align__(16) uint8_t g_smem[];
 
+// TILES_TILE_TIMING builds: the current tile's timestamps (thread 0 writes the pointer and the marks), so that the
+// phase marks inside attn_tile / merge_tile need no parameter. The product build compiles the marks to nothing.
+#if TILES_TILE_TIMING
+__shared__ unsigned long long* g_tile_times;
+#define TILES_MARK(i)                                                                          \
+  do {                                                                                         \
+    if (threadIdx.x == 0 && g_tile_times != nullptr) g_tile_times[(i)] = global_ns();         \
+  } while (0)
+#else
+#define TILES_MARK(i) \
+  do {                \
+  } while (0)
+#endif
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1064,6 +1078,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     if (!first_local) __threadfence();
   }
   __syncthreads();
+  TILES_MARK(kTimePhase1);
 
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
@@ -1167,6 +1182,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       kv_delta = -kv_delta;
     }
   }
+  TILES_MARK(kTimePhase2);
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
   for (int i = tid; i < G * (hd + 2); i += kThreads) {
     const int g = i / (hd + 2), k = i - g * (hd + 2);
@@ -1199,6 +1215,7 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
     for (int pp = lane; pp < P; pp += 32) sf[g * P + pp] /= Ls;
   }
   __syncthreads();
+  TILES_MARK(kTimePhase1);
   for (int i = tid; i < G * hd; i += kThreads) {
     const int g = i / hd, d = i - g * hd;
     float acc = 0.f;
@@ -1208,6 +1225,7 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
     }
     out[(kvh * G + g) * hd + d] = f2bf(acc);
   }
+  TILES_MARK(kTimePhase2);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1227,7 +1245,7 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 
 // Runs one tile. False when the worker must stop (an error was raised).
 // `rec`: the tile's local plan record (kOptPlanSmem) or null.
-// `times`: this tile's three timestamps (TILES_TILE_TIMING builds) or null.
+// `times`: this tile's kTileTimes timestamps (TILES_TILE_TIMING builds) or null.
 // `ahead`: kOptStageAhead, this matvec tile's batch, already staged by the caller (null otherwise); `ahead_pending`:
 // the next matvec tile's batch was committed after it.
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
@@ -1235,8 +1253,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
                          unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
-  if (tid == 0 && times != nullptr) times[0] = global_ns();
+  if (tid == 0) g_tile_times = times;
 #endif
+  TILES_MARK(kTimeStart);
   const bool is_matvec = op_is_matvec(t.op);
   const bool bulk = bc != nullptr && is_matvec;
   uint8_t* stage = ahead;
@@ -1257,9 +1276,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     if (stage != nullptr || attn_pre) cp_async_wait_all();  // no copy may land in a block that has exited
     return false;
   }
-#if TILES_TILE_TIMING
-  if (tid == 0 && times != nullptr) times[1] = global_ns();
-#endif
+  TILES_MARK(kTimeWaited);
   uint16_t* vec = reinterpret_cast<uint16_t*>(smem + L.vec);
   float* red = reinterpret_cast<float*>(smem + L.red);
   switch (t.op) {
@@ -1301,6 +1318,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         rmsnorm_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), p.weights[t.norm], cols, vec,
                         red);
       }
+      TILES_MARK(kTimePhase1);
       MatvecOut o;
       o.op = t.op;
       o.row_begin = t.row_begin;
@@ -1319,6 +1337,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
       matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
              bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending);
+      TILES_MARK(kTimePhase2);
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
         // wrote: the fence makes each writer's stores visible at L2 before the barrier.
@@ -1389,10 +1408,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     default:
       break;
   }
+  TILES_MARK(kTimeDone);
   signal_tile(p, t);
-#if TILES_TILE_TIMING
-  if (tid == 0 && times != nullptr) times[2] = global_ns();
-#endif
+  TILES_MARK(kTimeSignalled);
   return true;
 }
 
@@ -1580,7 +1598,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       unsigned long long* times = nullptr;
 #if TILES_TILE_TIMING
       if (p.tile_times != nullptr && k - tbeg < p.tile_times_stride)
-        times = p.tile_times + ((int64_t(s) * p.h.num_workers + worker) * p.tile_times_stride + (k - tbeg)) * 3;
+        times = p.tile_times +
+                ((int64_t(s) * p.h.num_workers + worker) * p.tile_times_stride + (k - tbeg)) * kTileTimes;
 #endif
       if (bulk) {
         bc.k = k;

@@ -28,6 +28,11 @@ constexpr int kAttnChunkElems = 8192;  // KV positions staged per attention chun
 #endif
 constexpr int kUnroll = TILES_KUNROLL;
 static_assert(kUnroll >= 2 && kUnroll <= 8, "TILES_KUNROLL: 2 to 8");
+// Per-tile timestamps (TILES_TILE_TIMING builds): start (before staging and the wait), wait done, signalled, then
+// two phase marks inside the tile (matvec: input vector ready, arithmetic done; ATTN: q and the new row ready,
+// chunk loop done; MERGE: scale factors ready, output written) and just before the signal. 0 = not reached.
+constexpr int kTileTimes = 6;
+enum : int { kTimeStart = 0, kTimeWaited = 1, kTimeSignalled = 2, kTimePhase1 = 3, kTimePhase2 = 4, kTimeDone = 5 };
 constexpr int kNormRegs = 8;           // residual elements per thread held in registers by the one-read RMSNorm
 constexpr int kStageBytesPerWarp = 2 * kUnroll * 32 * 16;  // one batch of two rows (kOptStageWeights)
 // kOptWeightRing: a batch is one row's kRingChunks 16-byte chunks (4 per lane). Four slots per warp, so that while a
@@ -123,9 +128,9 @@ struct KernelParams {
   int32_t ring_l2_ahead;      // kOptWeightRing: batches per warp prefetched into L2 beyond the ring (0 = none)
   int32_t ring_fence;         // kOptWeightRing: 1 = fence.proxy.async before each refill (0 = none; see ring_release)
   int32_t ring_slots;         // kOptWeightRing: batches per warp in flight or landed, 2..kRingSlots (bytes in flight)
-  // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): %globaltimer at tile start,
-  // after its wait, after its signal, at [((step * num_workers + worker) * tile_times_stride + k) * 3 + 0..2] for the
-  // worker's k-th tile. Null (and ignored) in the product build.
+  // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): kTileTimes %globaltimer values
+  // at [((step * num_workers + worker) * tile_times_stride + k) * kTileTimes + i] for the worker's k-th tile (i:
+  // kTime*). Null (and ignored) in the product build.
   unsigned long long* tile_times;
   int32_t tile_times_stride;
   const uint16_t* weights[kMaxWeights];  // bf16 bit patterns, plan weight order
