@@ -104,6 +104,16 @@ def test_gqa_ratios_and_attention_partitions(group, head_dim):
     assert buf[1] == kv * P * group * (head_dim + 2)
 
 
+@pytest.mark.parametrize("name,workers,expected", [("smollm2-135m", 132, 16), ("smollm2-135m", 40, 13),
+                                                    ("llama-3.2-1b", 132, 16), ("llama-3.2-1b", 60, 7)])
+def test_default_attention_partitions_capped_at_16(name, workers, expected):
+    """W // kv_heads partitions per KV head, at most 16 (perf log v10: SmolLM2's 44 cost 15% at short context);
+    an explicit count is kept as given."""
+    d = cfg(f"{name}-config.json")
+    assert build_plan(d, workers).header["attn_partitions"] == expected
+    assert build_plan(d, workers, attn_partitions=44).header["attn_partitions"] == 44
+
+
 def test_waves_policy_waits_on_the_whole_previous_stage():
     d = cfg("smollm2-135m-config.json")
     t, w = build_plan(d, 12), build_plan(d, 12, policy="waves")
