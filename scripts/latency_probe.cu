@@ -65,6 +65,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int u = 0; u < U; ++u) v[u] = ld_nc(base + c + u * 32);
 #pragma unroll
           for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+          // The next batch's address depends on this batch's data (dep is always 0: the buffer is memset to 0x01,
+          // so every chunk XORs to 0), so no compiler can issue it before every load of this batch has returned.
+          // Without it the loads ran batches ahead and U did not bound the bytes in flight (4.0 TB/s at U = 1).
+          c += acc == 0x9e3779b9u;
         }
       }
     }
