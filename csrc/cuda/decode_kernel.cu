@@ -1671,7 +1671,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 }
 
 cudaError_t decode_set_smem_limit(int32_t bytes) {
-  cudaError_t e = cudaFuncSetAttribute(decode_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaError_t e =
+      cudaFuncSetAttribute(decode_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(decode_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
@@ -1680,7 +1681,8 @@ cudaError_t decode_set_smem_limit(int32_t bytes) {
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
   int a = 0, b = 0, c = 0;
-  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, decode_kernel<false, false>, kThreads, smem_bytes);
+  cudaError_t e =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, decode_kernel<false, false>, kThreads, smem_bytes);
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, decode_kernel<true, false>, kThreads,
                                                                           smem_bytes);
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, decode_kernel<false, true>, kThreads,
