@@ -9,7 +9,7 @@ Environment:
   TILES_FORCE_CPU=1     build the CPU-only extension even where CUDA is available.
   TILES_DEBUG=1         -O0 -g (and -G for device code) instead of -O3.
   TILES_KEEP_CXX=1      keep a compiler under /opt (by default replaced by /usr/bin/g++: see _use_system_compiler).
-  TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 8).
+  TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 4).
 """
 import glob
 import os

@@ -413,3 +413,16 @@ def test_launch_time_checks():
                   1, [], order_seed=1)
     with pytest.raises(RuntimeError):
         b.rt.step(b.weights, k, v, torch.tensor([1]), torch.tensor([3]), b.inv, b.scale)  # CPU ids, CUDA plan
+
+
+def test_options_needing_too_much_shared_memory_are_refused(monkeypatch):
+    """StageAhead (2048) doubles the weight stage; with a wide MLP the layout passes the per-block limit, and the
+    error must say so (before the fix: "raising the kernel's shared-memory limit failed: invalid argument")."""
+    cfg = tiny_config(256, 4, 2, 64, 50000, 1)
+    model = tiny_model(cfg, seed=1).to(DEV)
+    b = Bound(model, build_plan(cfg, workers=7, gpu=_gpu()))
+    k = [torch.zeros(1, 2, 16, 64, device=DEV, dtype=torch.bfloat16)]
+    v = [torch.zeros(1, 2, 16, 64, device=DEV, dtype=torch.bfloat16)]
+    monkeypatch.setenv("TILES_KERNEL_OPT", "2655")
+    with pytest.raises(RuntimeError, match="TILES_KERNEL_OPT=2655 needs .* bytes of shared memory per worker block"):
+        b.step(k, v, 1, 3)
