@@ -76,10 +76,10 @@ constexpr int32_t kOptAttnDoubleBuffer = 512;
 // ring of kRingSlots slots of kRingSlotBytes in shared memory filled by 1-D bulk copies (TMA engine), across tile,
 // stage and step boundaries. A slot is refilled with the warp's next batch as soon as the arithmetic has read it, so
 // an SM keeps its next kWarps x kRingSlots x kRingSlotBytes of weights in flight or landed, also while it waits on a
-// dependency. Measured slower than plain loads (docs/perf-log.md v6): kept switchable, in its own instantiation. Replaces 4, 128, 256 and
-// the L2 prefetch for matvec tiles. Needs the plan records in shared memory (16; without them the worker runs the
-// path without the ring). TILES_RING_L2_AHEAD = n additionally prefetches into L2 the n batches per warp that
-// follow the ring (deeper than shared memory allows).
+// dependency. Measured slower than plain loads (docs/perf-log.md v6): kept switchable, in its own instantiation.
+// Replaces 4, 128, 256 and the L2 prefetch for matvec tiles. Needs the plan records in shared memory (16; without
+// them the worker runs the path without the ring). TILES_RING_L2_AHEAD = n additionally prefetches into L2 the n
+// batches per warp that follow the ring (deeper than shared memory allows).
 constexpr int32_t kOptWeightRing = 1024;
 // With 4 (not 128, not the ring): two stage slots. Before a matvec tile waits, each warp also stages the first batch
 // of the worker's NEXT matvec tile into the other slot, so that tile's first weights stream during this tile's wait
