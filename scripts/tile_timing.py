@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes: per-tile timestamps of the persistent kernel, summarised per stage.
 
-    python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--opts 0,127] [--json PATH]
+    python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--opts 0,607] [--json PATH]
 
 Builds csrc/cuda/decode_kernel.cu with -DTILES_TILE_TIMING=1 plus scripts/tile_timing_launch.cu into a shared
 library (nvcc, ~20 s; the product extension has no timing code), runs `steps` tokens of a random-weight model on
@@ -49,7 +49,8 @@ def build_lib(out_dir: Path) -> Path:
     unroll = os.environ.get("TILES_KUNROLL")  # the build-time experiment knob of setup.py, passed the same way
     lib = out_dir / f"libtiles_timing{'_u' + unroll if unroll else ''}.so"
     srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "scripts/tile_timing_launch.cu"]
-    if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in srcs):
+    deps = srcs + [ROOT / "csrc/cuda/decode_kernel.h", ROOT / "csrc/generated/plan_format.h"]
+    if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in deps):
         return lib
     arch = os.environ.get("TILES_TIMING_ARCH", "90a")
     cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DTILES_TILE_TIMING=1",
@@ -196,8 +197,8 @@ def main():
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--ctx", type=int, default=32)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "95")),
-                    help="TILES_KERNEL_OPT sets, comma-separated (default: the kernel's kOptDefault, 95)")
+    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "607")),
+                    help="TILES_KERNEL_OPT sets, comma-separated (default: the kernel's kOptDefault, 607)")
     ap.add_argument("--prefetch", type=int, default=int(os.environ.get("TILES_PREFETCH_BYTES", "-1")),
                     help="L2 prefetch bytes (default as the op: 0 with StageWeights, else 65536)")
     ap.add_argument("--json", default=None)
