@@ -44,12 +44,16 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
+// Quiet blocks (every quiet_mod-th; none when quiet_mod <= 0) stream nothing and only time round trips.
+__host__ __device__ inline bool quiet_block(int b, int quiet_mod) { return quiet_mod > 0 && b % quiet_mod == 0; }
+inline int quiet_blocks(int blocks, int quiet_mod) { return quiet_mod > 0 ? (blocks + quiet_mod - 1) / quiet_mod : 0; }
+
 template <int U>
 __global__ void __launch_bounds__(kThreads, 1)
     probe_kernel(const uint4* __restrict__ buf, int64_t chunks_per_block, int passes, const uint32_t* table,
                  float* lat_ns, int* nsamples, uint32_t* sink, int quiet_mod, int* gdone, int busy_warps) {
   __shared__ int done;
-  const bool quiet = quiet_mod > 0 && blockIdx.x % quiet_mod == 0;
+  const bool quiet = quiet_block(blockIdx.x, quiet_mod);
   if (threadIdx.x == 0) done = 0;
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -65,8 +69,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int u = 0; u < U; ++u) v[u] = ld_nc(base + c + u * 32);
 #pragma unroll
           for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-          // The next batch's address depends on this batch's data (dep is always 0: the buffer is memset to 0x01,
-          // so every chunk XORs to 0), so no compiler can issue it before every load of this batch has returned.
+          // The next batch's address depends on this batch's data (the added term is always 0: the buffer is
+          // memset to 0x01, so every chunk XORs to 0), so no compiler can issue it before this batch has returned.
           // Without it the loads ran batches ahead and U did not bound the bytes in flight (4.0 TB/s at U = 1).
           c += acc == 0x9e3779b9u;
         }
@@ -101,10 +105,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int U>
 cudaError_t launch(int blocks, const uint4* buf, int64_t cpb, int passes, const uint32_t* table, float* lat,
                    int* ns, uint32_t* sink, int quiet_mod, int* gdone) {
-  const int nquiet = quiet_mod > 0 ? (blocks + quiet_mod - 1) / quiet_mod : 0;
   cudaMemset(gdone, 0, sizeof(int));
   probe_kernel<U><<<blocks, kThreads>>>(buf, cpb, passes, table, lat, ns, sink, quiet_mod, gdone,
-                                        (blocks - nquiet) * kStreamWarps);
+                                        (blocks - quiet_blocks(blocks, quiet_mod)) * kStreamWarps);
   return cudaGetLastError();
 }
 
@@ -162,8 +165,8 @@ extern "C" int probe_run(int U, int blocks, long long bytes_per_block, int passe
   cudaEventElapsedTime(&ms, s, t);
   int rc = e == cudaSuccess ? 0 : 2000 + int(e);
   if (rc == 0) {
-    const int nquiet = quiet_mod > 0 ? (blocks + quiet_mod - 1) / quiet_mod : 0;
-    *bw_tbs = U == 0 ? 0.0 : double(cpb) * 16 * (blocks - nquiet) * passes / (ms * 1e-3) / 1e12;
+    const int busy = blocks - quiet_blocks(blocks, quiet_mod);
+    *bw_tbs = U == 0 ? 0.0 : double(cpb) * 16 * busy * passes / (ms * 1e-3) / 1e12;
     int* hn = new int[blocks];
     float* hl = new float[size_t(blocks) * kMaxSamples];
     cudaMemcpy(hn, ns, size_t(blocks) * 4, cudaMemcpyDeviceToHost);
@@ -173,7 +176,7 @@ extern "C" int probe_run(int U, int blocks, long long bytes_per_block, int passe
     long long* hist = new long long[2 * kBins]();  // [busy | quiet]
     long long total[2] = {0, 0};
     for (int b = 0; b < blocks; ++b) {
-      const int q = quiet_mod > 0 && b % quiet_mod == 0 ? 1 : 0;
+      const int q = quiet_block(b, quiet_mod) ? 1 : 0;
       for (int i = 0; i < hn[b]; ++i) {
         int bin = int(hl[size_t(b) * kMaxSamples + i] / 10.f);
         hist[q * kBins + (bin < kBins ? bin : kBins - 1)]++;
