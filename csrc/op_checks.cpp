@@ -71,6 +71,7 @@ Header header_from_list(c10::IntArrayRef plan_header) {
   TORCH_CHECK(h.attn_partitions >= 1 && h.attn_granule >= 1 && h.lm_tiles >= 1,
               "tiles::decode_step: plan header attn_partitions ", h.attn_partitions, ", attn_granule ",
               h.attn_granule, ", lm_tiles ", h.lm_tiles, " must all be >= 1");
+  TORCH_CHECK(h.attn_single >= 0, "tiles::decode_step: plan header attn_single ", h.attn_single, " must be >= 0");
   return h;
 }
 

@@ -21,7 +21,7 @@ Ops (buffers named by id into the buffer table; "row r" means output row r of th
   EMBED    x[out_buf][:] = float(weight[token]) where token = input_ids[0] at step 0, else tokens[s-1].
   QKV      h = rmsnorm(in_buf fp32, norm weight, eps) as bf16 (HF order: bf16(x*rsqrt(mean(x^2)+eps)) * w);
            out_buf[out_offset + r - row_begin] = bf16(sum_k weight[r,k] * h[k]), fp32 accumulation.
-  ATTN     aux0 = kv head, aux1 = partition p. Positions [lo, hi) = attn_partition_range(n, p) with n = pos+1.
+  ATTN     aux0 = kv head, aux1 = partition p. Positions [lo, hi) = attn_partition_range(n, p, ...) with n = pos+1.
            in_buf = Q (bf16, un-rotated), in2_buf = K_new (bf16, un-rotated), in3_buf = V_new (bf16).
            If lo <= pos < hi the tile rotates K_new[head] (RoPE at pos, fp32 math, rounded to bf16) and writes
            it and V_new[head] into k_cache/v_cache[layer][0, head, pos, :] before using them.
@@ -46,7 +46,7 @@ import enum
 from dataclasses import dataclass
 
 MAGIC = 0x454C4954  # "TILE" little-endian
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: header field attn_single
 # Bumped whenever an executor's behaviour for the same blob changes (kernel ABI).
 ABI_VERSION = 1
 
@@ -54,6 +54,9 @@ MAX_STEPS = 64  # tokens per launch in multi-token mode
 MAX_EOS = 8
 STATE_HEADER_WORDS = 32
 COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share lines with writers
+# Elements (positions x head_dim) of K (and of V) an ATTN tile stages per chunk in the CUDA kernel. The planner's
+# default partition granule is one chunk (planner/graph.py default_granule).
+ATTN_CHUNK_ELEMS = 8192
 
 
 class Op(enum.IntEnum):
@@ -113,10 +116,13 @@ def num_weights(num_layers: int) -> int:
     return num_layers * len(LAYER_SLOTS) + len(FINAL_SLOTS)
 
 
-def attn_partition_range(n: int, p: int, partitions: int, granule: int) -> tuple[int, int]:
-    """Positions [lo, hi) of partition p when n positions are cached. Shared rule of every executor."""
+def attn_partition_range(n: int, p: int, partitions: int, granule: int, single: int = 0) -> tuple[int, int]:
+    """Positions [lo, hi) of partition p when n positions are cached. Shared rule of every executor.
+    Up to `single` positions partition 0 holds them all; beyond, ceil(n / partitions) rounded up to the granule."""
     per = -(-n // partitions)
     per = -(-per // granule) * granule
+    if n <= single:
+        per = n
     lo = min(p * per, n)
     return lo, min(lo + per, n)
 
@@ -142,6 +148,7 @@ HEADER_FIELDS = [
     ("vocab", "vocabulary size (LM head rows)"),
     ("attn_partitions", "KV-position partitions per KV head"),
     ("attn_granule", "partition lengths are multiples of this"),
+    ("attn_single", "up to this many positions partition 0 holds them all (0: never)"),
     ("lm_tiles", "LM head tiles (argmax partial slots)"),
     ("argmax_counter", "counter signalled by the ARGMAX tile"),
     ("scratch_bytes", "bytes of the scratch arena"),
@@ -242,6 +249,7 @@ def render_header() -> str:
         f"constexpr int32_t kMaxEos = {MAX_EOS};",
         f"constexpr int32_t kStateHeaderWords = {STATE_HEADER_WORDS};",
         f"constexpr int32_t kCounterStrideWords = {COUNTER_STRIDE_WORDS};",
+        f"constexpr int32_t kAttnChunkElems = {ATTN_CHUNK_ELEMS};",
         f"constexpr int32_t kLayerSlots = {len(LAYER_SLOTS)};",
         f"constexpr int32_t kFinalSlots = {len(FINAL_SLOTS)};",
         "",
@@ -271,10 +279,11 @@ def render_header() -> str:
         "#if defined(__CUDACC__)",
         "__host__ __device__",
         "#endif",
-        "inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32_t granule,",
+        "inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32_t granule, int32_t single,",
         "                                 int32_t* lo, int32_t* hi) {",
         "  int32_t per = (n + partitions - 1) / partitions;",
         "  per = (per + granule - 1) / granule * granule;",
+        "  if (n <= single) per = n;",
         "  int32_t l = p * per < n ? p * per : n;",
         "  *lo = l;",
         "  *hi = l + per < n ? l + per : n;",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .format import DType, Op, TILE, weight_index
+from .format import ATTN_CHUNK_ELEMS, DType, Op, TILE, weight_index
 from .shape import ModelShape
 
 
@@ -25,6 +25,7 @@ class TileSpec:
     piece: int                      # tiles of one piece go to one worker
     fields: dict                    # Tile fields other than wait_begin / wait_count
     waits: list = field(default_factory=list)   # (counter, count, step_offset)
+    with_tile: int = -1             # run on the worker of this (earlier-stage) tile, right after it; -1 free
 
     @property
     def weight_bytes(self) -> int:
@@ -49,6 +50,7 @@ class TileGraph:
     tiles: list
     attn_partitions: int
     attn_granule: int
+    attn_single: int
     lm_tiles: int
     argmax_counter: int
     context_hint: int
@@ -120,8 +122,14 @@ def default_partitions(workers: int, num_kv_heads: int) -> int:
     return max(1, min(MAX_DEFAULT_PARTITIONS, workers // num_kv_heads))
 
 
+def default_single(head_dim: int) -> int:
+    """Up to one attention chunk of the CUDA kernel (positions), partition 0 holds every position, so its MERGE
+    runs from the ATTN tile's shared memory (the kernel's kOptLocalMerge): one dependent hand-off less per layer."""
+    return max(1, ATTN_CHUNK_ELEMS // head_dim)
+
+
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
-                attn_granule: int = 32, context_hint: int = 512) -> TileGraph:
+                attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None) -> TileGraph:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -130,6 +138,10 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     L, H, hd, G = s.num_layers, s.hidden, s.head_dim, s.group
     nq, nkv = s.num_heads * hd, s.num_kv_heads * hd
     P = attn_partitions or default_partitions(workers, s.num_kv_heads)
+    if attn_single is None:
+        attn_single = default_single(hd)
+    if attn_single < 0 or attn_granule < 1:
+        raise ValueError(f"attn_single {attn_single} must be >= 0 and attn_granule {attn_granule} >= 1")
 
     buffers: list[BufferSpec] = []
     bid: dict[str, int] = {}
@@ -173,7 +185,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         stage_counters.append([counter(c) for c in counter_names])
         return len(stages) - 1
 
-    def add(op, stage, piece, signal, waits, **f):
+    def add(op, stage, piece, signal, waits, with_tile=-1, **f):
         base = {k: -1 for k, _ in TILE.fields}
         base.update(op=int(op), layer=-1, row_begin=0, row_end=0, out_offset=0, aux0=0, aux1=0,
                     wait_begin=0, wait_count=0, weight_bytes=0)
@@ -183,7 +195,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         if policy == "waves" and stage > 0:
             prev = stage_counters[stage - 1]
             waits = [(c, None, 0) for c in prev] + [w for w in waits if w[2] != 0]
-        tiles.append(TileSpec(op, stage, piece, base, waits))
+        tiles.append(TileSpec(op, stage, piece, base, waits, with_tile))
 
     def full(counter_name):
         """Wait for every arrival at a counter in this step (count filled in once all tiles exist)."""
@@ -211,15 +223,19 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         # Attention: one tile per (KV head, partition).
         st = new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
         per = -(-context_hint // P)
+        first_part = {}
         for h in range(s.num_kv_heads):
             for p in range(P):
+                if p == 0:
+                    first_part[h] = len(tiles)
                 add(Op.ATTN, st, h * P + p, cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
                     layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
                     out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
                     weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
         st = new_stage(f"L{l}.merge", [f"merge{l}"])
         for h in range(s.num_kv_heads):
-            add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")],
+            # On partition 0's worker, right after it: below one chunk of context it holds every position.
+            add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")], with_tile=first_part[h],
                 layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
                 weight_bytes=P * G * (hd + 2) * 4)
         st = new_stage(f"L{l}.o", [f"o{l}"])
@@ -258,5 +274,6 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         t.waits = resolved
 
     return TileGraph(shape=s, workers=workers, policy=policy, buffers=buffers, counters=counters, stages=stages,
-                     tiles=tiles, attn_partitions=P, attn_granule=attn_granule, lm_tiles=lm_tiles,
+                     tiles=tiles, attn_partitions=P, attn_granule=attn_granule, attn_single=attn_single,
+                     lm_tiles=lm_tiles,
                      argmax_counter=cid["argmax"], context_hint=context_hint)

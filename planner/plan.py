@@ -149,11 +149,12 @@ def expected_weight_shapes(shape: ModelShape) -> np.ndarray:
 
 def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | None = None,
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
+               attn_single: int | None = None,
                validate: bool = True) -> Plan:
     """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict)."""
     shape = config if isinstance(config, ModelShape) else ModelShape.from_config(config)
     gpu = gpu or GpuTarget()
-    g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint)
+    g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single)
     lists = assign(g)
 
     buffers = np.zeros((len(g.buffers), BUFFER.words), dtype=np.int32)
@@ -185,7 +186,7 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
         num_counters=len(g.counters), num_weights=len(weight_shapes), num_layers=shape.num_layers,
         hidden=shape.hidden, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
         intermediate=shape.intermediate, vocab=shape.vocab, attn_partitions=g.attn_partitions,
-        attn_granule=g.attn_granule, lm_tiles=g.lm_tiles, argmax_counter=g.argmax_counter,
+        attn_granule=g.attn_granule, attn_single=g.attn_single, lm_tiles=g.lm_tiles, argmax_counter=g.argmax_counter,
         scratch_bytes=scratch_bytes, state_words=fmt.STATE_HEADER_WORDS + len(g.counters) * fmt.COUNTER_STRIDE_WORDS,
         counter_stride=fmt.COUNTER_STRIDE_WORDS, eps_bits=fmt.float_bits(shape.eps),
         sm_count=gpu.sm_count, cc_major=gpu.cc_major, cc_minor=gpu.cc_minor,

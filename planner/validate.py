@@ -78,6 +78,8 @@ def _check_header(plan) -> None:
     for field in ("num_workers", "num_tiles", "num_counters", "attn_partitions", "attn_granule", "lm_tiles"):
         if h[field] < 1:
             raise PlanError(f"plan header {field} = {h[field]}, must be >= 1")
+    if h["attn_single"] < 0:
+        raise PlanError(f"plan header attn_single = {h['attn_single']}, must be >= 0")
     if h["num_counters"] > h["num_tiles"]:
         raise PlanError(f"plan header num_counters {h['num_counters']} exceeds num_tiles {h['num_tiles']}: every "
                         "counter needs a tile that signals it")

@@ -24,6 +24,8 @@ def main():
     ap.add_argument("--opts", default="95,607")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--partitions", default="0", help="attention partitions per KV head to plan with (0: planner's)")
+    ap.add_argument("--singles", default="-1",
+                    help="positions up to which partition 0 holds them all, to plan with (-1: planner's)")
     ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
     args = ap.parse_args()
@@ -34,18 +36,19 @@ def main():
         cfg = load_config(name)
         model = random_model(cfg, device="cuda", seed=0)
         for parts in [int(x) for x in args.partitions.split(",")]:
-            plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
-                              attn_partitions=parts or None)
-            op = Op(model, plan, args.max_cache)
-            run_contexts(args, name, op, ctxs, parts, res)
-            del op
+            for single in [int(x) for x in args.singles.split(",")]:
+                plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
+                                  attn_partitions=parts or None, attn_single=None if single < 0 else single)
+                op = Op(model, plan, args.max_cache)
+                run_contexts(args, name, op, ctxs, parts, res, plan.header["attn_single"])
+                del op
         del model
         torch.cuda.empty_cache()
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "opt_ab.json").write_text(json.dumps(res, indent=1))
 
 
-def run_contexts(args, name, op, ctxs, parts, res):
+def run_contexts(args, name, op, ctxs, parts, res, single):
     """Times every option set at every context, alternating rounds (drift shows as round-to-round change)."""
     for ctx in [int(c) for c in ctxs.split(",")]:
         for r in range(args.rounds):
@@ -60,9 +63,10 @@ def run_contexts(args, name, op, ctxs, parts, res):
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
-                res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "round": r,
+                res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single, "round": r,
                             "graph_ms": ms})
-                print(f"{name} ctx {ctx} P {parts or 'plan'} opt {o} round {r}: {ms:.4f} ms", flush=True)
+                print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} opt {o} round {r}: {ms:.4f} ms",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -197,10 +197,12 @@ def main():
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--ctx", type=int, default=32)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "607")),
-                    help="TILES_KERNEL_OPT sets, comma-separated (default: the kernel's kOptDefault, 607)")
+    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "25183")),
+                    help="TILES_KERNEL_OPT sets, comma-separated (default: the kernel's kOptDefault, 25183)")
     ap.add_argument("--prefetch", type=int, default=int(os.environ.get("TILES_PREFETCH_BYTES", "-1")),
                     help="L2 prefetch bytes (default as the op: 0 with StageWeights, else 65536)")
+    ap.add_argument("--single", type=int, default=-1,
+                    help="positions up to which partition 0 holds them all (-1: the planner's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -209,15 +211,18 @@ def main():
     cfg = load_config(args.model)
     model = random_model(cfg, device="cuda", seed=0)
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
-                      gpu=GpuTarget.of_device("cuda"))
-    result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "runs": {}}
+                      gpu=GpuTarget.of_device("cuda"),
+                      attn_single=None if args.single < 0 else args.single)
+    result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
+              "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
         pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
         T, stride = run(lib, model, plan, args.ctx, args.steps, opt, pf)
         r = analyse(plan, T, stride)
         result["runs"][str(opt)] = r
-        print(f"\n{args.model} ctx {args.ctx} opt {opt}: {r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
+        print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt}: "
+              f"{r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
               f"timer resolution {r['timer_resolution_ns']:.0f} ns")
         print(f"{'stage':<8}{'n/tok':>6}{'span':>8}{'sum/tok':>9}{'handoff':>9}{'work med':>9}{'work max':>9}"
               f"{'crit exit':>10}{'crit work':>10}{'late':>6}   (us)")

@@ -43,6 +43,11 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   p.ring_slots = kRingSlots;
   if (const char* a = std::getenv("TILES_RING_SLOTS")) p.ring_slots = std::atoi(a);
   if (p.ring_slots < 2 || p.ring_slots > kRingSlots) return -3;
+  p.poll_piece = 8192;
+  p.poll_cap = 262144;
+  if (const char* a = std::getenv("TILES_POLL_PREFETCH_BYTES")) p.poll_piece = std::atoi(a);
+  if (const char* a = std::getenv("TILES_POLL_PREFETCH_CAP")) p.poll_cap = std::atoi(a);
+  if (p.poll_piece < 16 || p.poll_piece % 16 != 0) return -4;
   p.tile_times = tile_times;
   p.tile_times_stride = tile_times_stride;
   for (int i = 0; i < p.h.num_weights; ++i) p.weights[i] = static_cast<const uint16_t*>(weights[i]);

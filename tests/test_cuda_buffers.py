@@ -42,7 +42,7 @@ def _buffers(plan, scratch):
 def plan_buffer_names(plan):
     from tiles_ext.planner.graph import build_graph
     g = build_graph(plan.shape, plan.num_workers, plan.policy, plan.header["attn_partitions"],
-                    plan.header["attn_granule"])
+                    plan.header["attn_granule"], attn_single=plan.header["attn_single"])
     return [b.name for b in g.buffers]
 
 

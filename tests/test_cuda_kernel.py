@@ -237,24 +237,33 @@ def test_multi_token_eos_stops_early():
 # Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights; AttnDoubleBuffer's second
 # chunk buffer is the weight stage with 4, appended without; 64 prestages its first chunk), everything.
 # The weight ring (1024) runs only with the plan records in shared memory (16); 1024 alone takes the plain path.
-# StageAhead (2048) acts only with 4 and without 128 and 1024 (2048 alone, 4095: the other paths).
+# StageAhead (2048) acts only with 4 and without 128 and 1024 (2048 alone, 4095: the other paths). PollPrefetch
+# (4096) only prefetches into L2; 8191 takes the ring's path. MergeOneTrip (8192) and LocalMerge (16384) change
+# MERGE's reads; PrefetchAfterAttn (32768) only prefetches into L2; 32767 and 65535: everything (the ring's path).
 OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
             95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047,
-            2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095)
+            2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095, 4096, 607 | 4096, 8191, 8192, 16384,
+            607 | 8192, 607 | 16384, 607 | 8192 | 16384, 607 | 4096 | 8192 | 16384, 32767, 32768, 25183 | 32768,
+            65535)
 
 
-@pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700)],
-                         ids=["W-sm", "W7", "W7-ctx300", "W7-ctx700"])
+@pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700), (None, 124)],
+                         ids=["W-sm", "W7", "W7-ctx300", "W7-ctx700", "W-sm-ctx124"])
 def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
     """Every TILES_KERNEL_OPT bit (decode_kernel.h kOpt*) changes when data moves, never what is computed.
-    ctx 300 with 2 attention partitions: partitions of 160 positions, two K/V chunks each (kOptAttnPrestage stages
-    only the first; the new row falls in the second). ctx 700: three chunks per partition (AttnDoubleBuffer reuses
-    its first buffer for the third; the tail chunk is shorter)."""
+    ctx 300 with 2 attention partitions (attn_single 0): partitions of 160 positions, two K/V chunks each
+    (kOptAttnPrestage stages only the first; the new row falls in the second). ctx 700: three chunks per partition
+    (AttnDoubleBuffer reuses its first buffer for the third; the tail chunk is shorter). W-sm (ctx 8) and ctx 124
+    with the default attn_single (one chunk, 128 positions at hd 64): partition 0 holds every position, so MERGE runs
+    from the ATTN tile's shared memory under LocalMerge; ctx 124 crosses into several live partitions during its 8
+    steps."""
     params = TINY[1][:8] + (workers,)
     h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
     cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
     model = tiny_model(cfg, seed=layers).to(DEV)
-    plan = build_plan(cfg, workers=workers or _workers(), gpu=_gpu(), attn_partitions=2 if ctx > 64 else None)
+    split = ctx > 200
+    plan = build_plan(cfg, workers=workers or _workers(), gpu=_gpu(), attn_partitions=2 if split else None,
+                      attn_single=0 if split else None)
     g = torch.Generator().manual_seed(9)
     if ctx > 64:
         # Random cache rows (bit-identity between options needs no real prefill).

@@ -56,6 +56,9 @@ def test_partition_rule_matches_header_formula():
     for n in range(1, 300, 7):
         for parts in (1, 3, 16):
             for gran in (1, 32):
-                ranges = [fmt.attn_partition_range(n, p, parts, gran) for p in range(parts)]
-                assert ranges[0][0] == 0 and ranges[-1][1] == n
-                assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+                for single in (0, 64, 128):
+                    ranges = [fmt.attn_partition_range(n, p, parts, gran, single) for p in range(parts)]
+                    assert ranges[0][0] == 0 and ranges[-1][1] == n
+                    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+                    if n <= single:
+                        assert ranges[0] == (0, n)

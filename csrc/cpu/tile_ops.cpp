@@ -106,7 +106,7 @@ void run_attn(const LaunchIO& io, const StepIO& st, const Tile& t) {
   const int64_t hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions;
   const int64_t kvh = t.aux0, p = t.aux1, pos = st.pos;
   int32_t lo, hi;
-  attn_partition_range(int32_t(pos + 1), int32_t(p), int32_t(P), h.attn_granule, &lo, &hi);
+  attn_partition_range(int32_t(pos + 1), int32_t(p), int32_t(P), h.attn_granule, h.attn_single, &lo, &hi);
   uint16_t* kc = io.k_cache[t.layer] + kvh * io.max_len * hd;
   uint16_t* vc = io.v_cache[t.layer] + kvh * io.max_len * hd;
   std::vector<float> tmp(hd), rot(hd);

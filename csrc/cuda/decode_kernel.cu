@@ -39,6 +39,10 @@ __shared__ unsigned long long* g_tile_times;
   } while (0)
 #endif
 
+// kOptPrefetchAfterAttn: the local plan record of the matvec tile after the running ATTN tile (set by thread 0 before
+// the tile; a shared variable rather than a parameter, to keep it out of the default path's registers).
+__shared__ const int32_t* g_pf_rec;
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -249,7 +253,8 @@ __device__ bool load_plan_smem(const KernelParams& p, const SmemLayout& L, int32
         v = __ldg(tile + w);
       } else {
         const int32_t k = (w - kTileWords) / kWaitWords, c = (w - kTileWords) - k * kWaitWords;
-        const int32_t wb = __ldg(tile + offsetof(Tile, wait_begin) / 4), wc = __ldg(tile + offsetof(Tile, wait_count) / 4);
+        const int32_t wb = __ldg(tile + offsetof(Tile, wait_begin) / 4);
+        const int32_t wc = __ldg(tile + offsetof(Tile, wait_count) / 4);
         if (k < wc) v = __ldg(p.plan + p.h.waits_offset + (wb + k) * kWaitWords + c);
       }
       rec[i] = v;
@@ -280,15 +285,33 @@ __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker,
   }
 }
 
+// kOptPollPrefetch: thread 0's cursor over the rows of the GATEUP tile to prefetch while it polls (a: gate rows,
+// b: up rows, from the tile's first row; off advances by the piece per unsuccessful poll up to len).
+struct PollCursor {
+  const uint8_t* a;
+  const uint8_t* b;
+  int64_t off, len;
+  int32_t k;  // the GATEUP tile's index in the worker's list (-1: none)
+};
+
+__device__ __forceinline__ void poll_prefetch(const KernelParams& p, PollCursor* pc) {
+  if (pc == nullptr || pc->off >= pc->len) return;
+  const int64_t n = pc->len - pc->off < p.poll_piece ? pc->len - pc->off : p.poll_piece;
+  prefetch_l2(pc->a + pc->off, static_cast<uint32_t>(n));
+  prefetch_l2(pc->b + pc->off, static_cast<uint32_t>(n));
+  pc->off += n;
+}
+
 // Thread-level bounded wait until (int32)(counter - target) >= 0. False on timeout (error raised here) or when
-// another worker has raised an error (this worker must then exit).
+// another worker has raised an error (this worker must then exit). `pc`: kOptPollPrefetch's cursor or null.
 __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, int32_t worker, int32_t tile,
-                             int32_t step) {
+                             int32_t step, PollCursor* pc = nullptr) {
   const uint32_t* ctr = counter_ptr(p, c);
   uint32_t v = ld_acquire(ctr);
   if (static_cast<int32_t>(v - target) >= 0) return true;
   const uint64_t t0 = global_ns();
   for (uint32_t iter = 1;; ++iter) {
+    poll_prefetch(p, pc);  // one piece per round trip that found the counter short
     v = ld_acquire(ctr);
     if (static_cast<int32_t>(v - target) >= 0) return true;
     if ((iter & 15u) == 0u) {
@@ -305,7 +328,7 @@ __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, 
 // Block-level: thread 0 waits for every Wait record of the tile, then the block proceeds (or all exit).
 // `rec`: the tile's local record (kOptPlanSmem) or null. One barrier (__syncthreads_and) publishes the outcome.
 __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, int32_t worker, int32_t tile,
-                          int32_t step, const int32_t* rec) {
+                          int32_t step, const int32_t* rec, PollCursor* pc = nullptr) {
   int ok = 1;
   if (threadIdx.x == 0) {
     const bool local = rec != nullptr && t.wait_count <= kPlanRecWaits;
@@ -323,7 +346,7 @@ __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, 
         off = __ldg(w + 2);
       }
       const uint32_t target = (epoch + static_cast<uint32_t>(off)) * static_cast<uint32_t>(count);
-      ok = wait_counter(p, c, target, worker, tile, step) ? 1 : 0;
+      ok = wait_counter(p, c, target, worker, tile, step, pc) ? 1 : 0;
     }
   }
   return __syncthreads_and(ok) != 0;
@@ -353,6 +376,14 @@ __device__ void prefetch_range(const void* base, int64_t bytes, int64_t cap) {
   }
 }
 
+// kOptPrefetchAfterAttn (warp 0): the first `cap` bytes of a matvec tile's rows (of each matrix) into L2.
+__device__ void prefetch_rows(const KernelParams& p, const Tile& t, int64_t cap) {
+  const int64_t cols = weight_cols(p, t.weight);
+  const int64_t bytes = int64_t(t.row_end - t.row_begin) * cols * 2;
+  prefetch_range(p.weights[t.weight] + int64_t(t.row_begin) * cols, bytes, cap);
+  if (t.op == kOpGateup) prefetch_range(p.weights[t.weight2] + int64_t(t.row_begin) * cols, bytes, cap);
+}
+
 // Called by warp 0 only.
 __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos) {
   const int64_t cap = p.prefetch_bytes;
@@ -380,7 +411,8 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
     }
     case kOpAttn: {
       int32_t lo, hi;
-      attn_partition_range(static_cast<int32_t>(pos + 1), t.aux1, p.h.attn_partitions, p.h.attn_granule, &lo, &hi);
+      attn_partition_range(static_cast<int32_t>(pos + 1), t.aux1, p.h.attn_partitions, p.h.attn_granule,
+                           p.h.attn_single, &lo, &hi);
       if (hi > lo) {
         const int64_t hd = p.h.head_dim;
         const int64_t off = (int64_t(t.aux0) * p.max_cache_len + lo) * hd;
@@ -981,7 +1013,8 @@ __device__ void attn_prestage(const KernelParams& p, const Tile& t, int64_t pos,
   uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
   rope_tables(p, pos, cs);
   int32_t lo, hi;
-  attn_partition_range(static_cast<int32_t>(pos + 1), t.aux1, p.h.attn_partitions, p.h.attn_granule, &lo, &hi);
+  attn_partition_range(static_cast<int32_t>(pos + 1), t.aux1, p.h.attn_partitions, p.h.attn_granule,
+                       p.h.attn_single, &lo, &hi);
   int64_t end = hi - lo < L.chunk ? hi : lo + L.chunk;
   if (end > pos) end = pos;
   const uint16_t* kc = p.k_cache[t.layer] + int64_t(t.aux0) * p.max_cache_len * hd;
@@ -1027,7 +1060,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const int kstride = hd + 8;
 
   int32_t lo, hi;
-  attn_partition_range(static_cast<int32_t>(pos + 1), part, P, p.h.attn_granule, &lo, &hi);
+  attn_partition_range(static_cast<int32_t>(pos + 1), part, P, p.h.attn_granule, p.h.attn_single, &lo, &hi);
   const uint16_t* q = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf));
   const uint16_t* knew = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in2_buf));
   const uint16_t* vnew = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in3_buf));
@@ -1045,7 +1078,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     const int half = hd / 2;
     const int dp = d < half ? d + half : d - half;
     const float x = bf2f(__ldcg(q + qh * hd + d)), xp = bf2f(__ldcg(q + qh * hd + dp));
-    qf[i] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    qf[g * (hd + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
     of[i] = 0.f;
   }
   if (tid < G) {
@@ -1083,6 +1116,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
+  const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
   // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
   // for. Every row is final here: rows < pos before the step, row pos after the barrier above (in the cache, and in
   // the staged first chunk when first_local).
@@ -1117,32 +1151,39 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     for (int i = tid; i < cn * G; i += kThreads) {
       const int j = i / G, g = i - j * G;
       const uint4* kr = reinterpret_cast<const uint4*>(kb + j * kstride);
-      const float* qg = qf + g * hd;
-      float acc = 0.f;
+      // q as float4 from rows padded to hd + 4 floats: the G heads a warp reads are in different banks (unpadded,
+      // every head's element sat in the same bank: a G-way conflict on each of the hd scalar loads per score).
+      const float4* qg = reinterpret_cast<const float4*>(qf + g * (hd + 4));
+      // Two accumulators (elements 0-3 and 4-7 of each 8): half the dependent FMA chain.
+      float acc0 = 0.f, acc1 = 0.f;
       for (int c = 0; c < cpr; ++c) {
         const uint4 k8 = kr[c];
-        const uint32_t ka[4] = {k8.x, k8.y, k8.z, k8.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc = fmaf(qg[c * 8 + 2 * e], __uint_as_float(ka[e] << 16), acc);
-          acc = fmaf(qg[c * 8 + 2 * e + 1], __uint_as_float(ka[e] & 0xffff0000u), acc);
-        }
+        const float4 qa = qg[2 * c], qb = qg[2 * c + 1];
+        // Elements c*8 .. c*8+7: (low, high) bf16 halves of k8.x, .y (acc0) and k8.z, .w (acc1).
+        acc0 = fmaf(qa.x, __uint_as_float(k8.x << 16), acc0);
+        acc1 = fmaf(qb.x, __uint_as_float(k8.z << 16), acc1);
+        acc0 = fmaf(qa.y, __uint_as_float(k8.x & 0xffff0000u), acc0);
+        acc1 = fmaf(qb.y, __uint_as_float(k8.z & 0xffff0000u), acc1);
+        acc0 = fmaf(qa.z, __uint_as_float(k8.y << 16), acc0);
+        acc1 = fmaf(qb.z, __uint_as_float(k8.w << 16), acc1);
+        acc0 = fmaf(qa.w, __uint_as_float(k8.y & 0xffff0000u), acc0);
+        acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
       }
-      sc[j * G + g] = acc * scale;
+      sc[g * scs + j] = (acc0 + acc1) * scale;
     }
     __syncthreads();
     // Online softmax update: warp g owns head g.
     if (warp < G) {
       const int g = warp;
       float cm = -INFINITY;
-      for (int j = lane; j < cn; j += 32) cm = fmaxf(cm, sc[j * G + g]);
+      for (int j = lane; j < cn; j += 32) cm = fmaxf(cm, sc[g * scs + j]);
       cm = warp_max(cm);
       const float m_old = ml[g];
       const float m_new = fmaxf(m_old, cm);
       float ls = 0.f;
       for (int j = lane; j < cn; j += 32) {
-        const float e = expf(sc[j * G + g] - m_new);
-        sc[j * G + g] = e;
+        const float e = expf(sc[g * scs + j] - m_new);
+        sc[g * scs + j] = e;
         ls += e;
       }
       ls = warp_sum(ls);
@@ -1155,18 +1196,24 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       }
     }
     __syncthreads();
-    // o partials: thread (split, g, d) sums positions split, split + splits, ... in order.
+    // o partials: thread (split, g, d) sums positions split, split + splits, ... round-robin over four
+    // accumulators (four independent FMA chains), added in a fixed order.
     for (int i = tid; i < splits * G * hd; i += kThreads) {
       const int sp = i / (G * hd), gd = i - sp * (G * hd);
       const int g = gd / hd, d = gd - g * hd;
-      float a0 = 0.f, a1 = 0.f;
+      const float* sg = sc + g * scs;
+      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
       int j = sp;
-      for (; j + splits < cn; j += 2 * splits) {
-        a0 = fmaf(sc[j * G + g], bf2f(vb[j * hd + d]), a0);
-        a1 = fmaf(sc[(j + splits) * G + g], bf2f(vb[(j + splits) * hd + d]), a1);
+      for (; j + 3 * splits < cn; j += 4 * splits) {
+        a0 = fmaf(sg[j], bf2f(vb[j * hd + d]), a0);
+        a1 = fmaf(sg[j + splits], bf2f(vb[(j + splits) * hd + d]), a1);
+        a2 = fmaf(sg[j + 2 * splits], bf2f(vb[(j + 2 * splits) * hd + d]), a2);
+        a3 = fmaf(sg[j + 3 * splits], bf2f(vb[(j + 3 * splits) * hd + d]), a3);
       }
-      if (j < cn) a0 = fmaf(sc[j * G + g], bf2f(vb[j * hd + d]), a0);
-      opart[i] = a0 + a1;
+      if (j < cn) a0 = fmaf(sg[j], bf2f(vb[j * hd + d]), a0);
+      if (j + splits < cn) a1 = fmaf(sg[j + splits], bf2f(vb[(j + splits) * hd + d]), a1);
+      if (j + 2 * splits < cn) a2 = fmaf(sg[j + 2 * splits], bf2f(vb[(j + 2 * splits) * hd + d]), a2);
+      opart[i] = (a0 + a1) + (a2 + a3);
     }
     __syncthreads();
     for (int i = tid; i < G * hd; i += kThreads) {
@@ -1200,6 +1247,21 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
   float* sf = reinterpret_cast<float*>(smem + L.msf);   // [G][P] exp(m_p - M) / L
   // Warp g: M = max m_p, L = sum l_p exp(m_p - M); scale factors for the o sums.
   for (int g = warp; g < G; g += kWarps) {
+    if ((p.opt & kOptMergeOneTrip) && P <= 32) {
+      // One partition per lane: m and l in one L2 round trip (the general loop below takes two: m, then m and l).
+      // Same values and order as the general loop: one term per lane, then the same warp reductions.
+      float m = -INFINITY, l = 0.f;
+      const float* r = part + (int64_t(kvh * P + lane) * G + g) * (hd + 2);
+      if (lane < P) {
+        m = __ldcg(r);
+        l = __ldcg(r + 1);
+      }
+      const float M = warp_max(m);
+      const float e = m == -INFINITY ? 0.f : expf(m - M);
+      const float Ls = warp_sum(l * e);
+      if (lane < P) sf[g * P + lane] = e / Ls;
+      continue;
+    }
     float M = -INFINITY;
     for (int pp = lane; pp < P; pp += 32) M = fmaxf(M, __ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2)));
     M = warp_max(M);
@@ -1228,6 +1290,20 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
   TILES_MARK(kTimePhase2);
 }
 
+// kOptLocalMerge: the partition-0 ATTN tile of this KV head ran just before on this worker and held every position
+// (the caller checks both), so its o and l are still in shared memory. MERGE's arithmetic for one live partition:
+// M = m, e = 1, scale e / l, out = bf16(fmaf(o, scale, 0)); the same operations, so the same bits.
+__device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t* smem, const SmemLayout& L) {
+  const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads;
+  const float* of = reinterpret_cast<const float*>(smem + L.of);
+  const float* ml = reinterpret_cast<const float*>(smem + L.ml);
+  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf)) + t.aux0 * G * hd;
+  for (int i = threadIdx.x; i < G * hd; i += kThreads) {
+    const float scale = 1.0f / ml[G + i / hd];
+    out[i] = f2bf(fmaf(of[i], scale, 0.f));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------------------------
@@ -1247,10 +1323,12 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 // `rec`: the tile's local plan record (kOptPlanSmem) or null.
 // `times`: this tile's kTileTimes timestamps (TILES_TILE_TIMING builds) or null.
 // `ahead`: kOptStageAhead, this matvec tile's batch, already staged by the caller (null otherwise); `ahead_pending`:
-// the next matvec tile's batch was committed after it.
+// the next matvec tile's batch was committed after it. `pc`: kOptPollPrefetch's cursor for this tile's wait, or null.
+template <bool kExp>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
-                         unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending) {
+                         unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending,
+                         PollCursor* pc, bool local_merge) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0) g_tile_times = times;
@@ -1272,11 +1350,14 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   }
   const bool attn_pre = t.op == kOpAttn && (p.opt & kOptAttnPrestage);
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
-  if (!wait_tile(p, t, sc.epoch, worker, ti, sc.step, rec)) {
+  // A local MERGE's inputs are this block's shared memory: nothing to wait for.
+  if (!local_merge && !wait_tile(p, t, sc.epoch, worker, ti, sc.step, rec, pc)) {
     if (stage != nullptr || attn_pre) cp_async_wait_all();  // no copy may land in a block that has exited
     return false;
   }
   TILES_MARK(kTimeWaited);
+  if (kExp && (p.opt & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid < 32 && g_pf_rec != nullptr)
+    prefetch_rows(p, load_tile_rec(g_pf_rec), kWarps * kStageBytesPerWarp);
   uint16_t* vec = reinterpret_cast<uint16_t*>(smem + L.vec);
   float* red = reinterpret_cast<float*>(smem + L.red);
   switch (t.op) {
@@ -1377,7 +1458,11 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       attn_tile(p, t, sc.pos, smem, L, attn_pre);
       break;
     case kOpMerge:
-      merge_tile(p, t, smem, L);
+      if (local_merge) {
+        merge_local(p, t, smem, L);
+      } else {
+        merge_tile(p, t, smem, L);
+      }
       break;
     case kOpArgmax: {
       if (tid < 32) {
@@ -1416,10 +1501,10 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
 
 }  // namespace
 
-// Three instantiations: kRing = the weight-ring path (kOptWeightRing), kAhead = kOptStageAhead, each compiled
-// separately so that its code does not change the register allocation of the default path (the kernel is at its
-// 128-register bound; docs/perf-log.md v7).
-template <bool kRing, bool kAhead>
+// Four instantiations: kRing = the weight-ring path (kOptWeightRing), kAhead = kOptStageAhead, kPoll =
+// kOptPollPrefetch and kOptPrefetchAfterAttn (experiments), each compiled separately so that its code does not
+// change the register allocation of the default path (the kernel is at its 128-register bound; perf-log v7).
+template <bool kRing, bool kAhead, bool kPoll>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
   uint8_t* smem = g_smem;
   __shared__ int s_flag;
@@ -1481,6 +1566,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   const bool bulk = (p.opt & kOptBulkStage) != 0 && !use_ring;
   // kOptStageAhead: the slot (0/1) of the next staged tile and the index of the tile staged there (-1: none).
   int32_t ahead_slot = 0, ahead_k = -1;
+  PollCursor pcur;  // kOptPollPrefetch (thread 0 uses it; every thread computes the same target)
+  pcur.a = pcur.b = nullptr;
+  pcur.off = pcur.len = 0;
+  pcur.k = -1;
   RingCtx rg;
   {
     const int warp = tid >> 5;
@@ -1582,9 +1671,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         break;
       }
     }
+    // kOptLocalMerge: (layer, KV head) + 1 of the partition-0 ATTN tile just run on this worker, 0 otherwise; and
+    // whether partition 0 holds every position of this step.
+    int32_t attn0_key = 0;
+    bool attn0_all = false;
+    if (p.opt & kOptLocalMerge) {
+      int32_t lo0, hi0;
+      attn_partition_range(static_cast<int32_t>(sc.pos + 1), 0, p.h.attn_partitions, p.h.attn_granule,
+                           p.h.attn_single, &lo0, &hi0);
+      attn0_all = hi0 >= sc.pos + 1;
+    }
     for (int32_t k = tbeg; k < tend; ++k) {
       const int32_t* rec;
       const Tile t = tile_k(k, &rec);
+      const int32_t key = t.layer * 1024 + t.aux0 + 1;
+      const bool local_merge = attn0_all && t.op == kOpMerge && attn0_key == key;
+      attn0_key = t.op == kOpAttn && t.aux1 == 0 ? key : 0;
+      if (kPoll && (p.opt & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid == 0) {
+        g_pf_rec = nullptr;  // read by warp 0 after the tile's wait (its barrier publishes this)
+        for (int32_t j = k + 1; plan_local && j < tend; ++j) {
+          if (op_is_matvec(op_k(j))) {
+            g_pf_rec = recs + (j - tbeg) * kPlanRecWords;
+            break;
+          }
+        }
+      }
       const int32_t ti = __ldg(wtiles + k);  // for error reports only (off the critical path)
       if (tid < 32 && !use_ring) {
         // Before the tile waits: its own weights (unless the previous tile already asked for them) and, with
@@ -1638,8 +1749,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
           }
         }
       }
-      if (!run_tile(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr, ring, ahead,
-                    ahead_pending)) {
+      PollCursor* pc = nullptr;
+      if (kPoll && (p.opt & kOptPollPrefetch) && (t.op == kOpAttn || t.op == kOpMerge || t.op == kOpResid)) {
+        // The latency-bound stages before this layer's GATEUP (a RESID tile followed by QKV is a DOWN tile: no
+        // GATEUP of its layer follows, so nothing is prefetched then).
+        if (pcur.k <= k) {
+          pcur.k = -1;
+          for (int32_t j = k + 1; j < tend; ++j) {
+            const int32_t op = op_k(j);
+            if (op == kOpGateup) {
+              const int32_t* rj;
+              const Tile g = tile_k(j, &rj);
+              if (g.layer == t.layer) {
+                const int64_t cols = weight_cols(p, g.weight);
+                const int64_t bytes = int64_t(g.row_end - g.row_begin) * cols * 2;
+                pcur.a = reinterpret_cast<const uint8_t*>(p.weights[g.weight] + int64_t(g.row_begin) * cols);
+                pcur.b = reinterpret_cast<const uint8_t*>(p.weights[g.weight2] + int64_t(g.row_begin) * cols);
+                pcur.off = 0;
+                pcur.len = bytes < p.poll_cap ? bytes : p.poll_cap;
+                pcur.k = j;
+              }
+              break;
+            }
+            if (op == kOpQkv) break;  // the next layer
+          }
+        }
+        if (pcur.k > k) pc = &pcur;
+      }
+      if (!run_tile<kPoll>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr, ring,
+                           ahead, ahead_pending, pc, local_merge)) {
         if (kAhead) cp_async_wait_all();  // the next tile's batch may be in flight
         bulk_consume(p, bc);  // no copy may land in a block that has exited
         if (use_ring) ring_drain(p, rg);
@@ -1672,23 +1810,28 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 
 cudaError_t decode_set_smem_limit(int32_t bytes) {
   cudaError_t e =
-      cudaFuncSetAttribute(decode_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      cudaFuncSetAttribute(decode_kernel<false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(decode_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    e = cudaFuncSetAttribute(decode_kernel<false, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(decode_kernel<false, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(decode_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return cudaFuncSetAttribute(decode_kernel<true, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int a = 0, b = 0, c = 0;
+  int n[4] = {0, 0, 0, 0};
   cudaError_t e =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a, decode_kernel<false, false>, kThreads, smem_bytes);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, decode_kernel<true, false>, kThreads,
-                                                                          smem_bytes);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, decode_kernel<false, true>, kThreads,
-                                                                          smem_bytes);
-  *blocks = a < b ? a : b;
-  if (c < *blocks) *blocks = c;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[0], decode_kernel<false, false, false>, kThreads, smem_bytes);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[1], decode_kernel<true, false, false>, kThreads, smem_bytes);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[2], decode_kernel<false, true, false>, kThreads, smem_bytes);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[3], decode_kernel<false, false, true>, kThreads, smem_bytes);
+  *blocks = n[0];
+  for (int i = 1; i < 4; ++i)
+    if (n[i] < *blocks) *blocks = n[i];
   return e;
 }
 
@@ -1704,9 +1847,11 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false>, p);
-  if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true>, p);
-  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false>, p);
+  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false, false>, p);
+  if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true, false>, p);
+  if (p.opt & (kOptPollPrefetch | kOptPrefetchAfterAttn))
+    return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, true>, p);
+  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false>, p);
 }
 
 }  // namespace cuda

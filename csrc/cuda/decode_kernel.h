@@ -20,7 +20,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxLayers = 64;         // bounds the by-value pointer tables below (kernel params up to 32 KB)
 constexpr int kMaxWeights = kMaxLayers * kLayerSlots + kFinalSlots;
 constexpr int kMaxGroup = kWarps;      // query heads per KV head: one warp per head in the softmax update
-constexpr int kAttnChunkElems = 8192;  // KV positions staged per attention chunk = kAttnChunkElems / head_dim
+// kAttnChunkElems (plan_format.h): KV positions staged per attention chunk = kAttnChunkElems / head_dim.
 // 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per
 // SM. TILES_KUNROLL (a build-time experiment knob: setup.py and scripts/tile_timing.py pass it) changes it.
 #ifndef TILES_KUNROLL
@@ -87,14 +87,37 @@ constexpr int32_t kOptWeightRing = 1024;
 // order: only where the bytes come from changes. Its own kernel instantiation. Measured slower (docs/perf-log.md
 // v11: 2655 1.037 vs 607 0.998 ms at context 32): the extra burst at every boundary delays the hand-offs.
 constexpr int32_t kOptStageAhead = 2048;
-constexpr int32_t kOptAll = 4095;
+// While thread 0 polls a counter in an ATTN, MERGE or o-projection tile, each poll that finds the counter short
+// also prefetches into L2 (cp.async.bulk.prefetch.L2) the next piece of this worker's GATEUP tile of the same layer:
+// the memory system idles through those stages (docs/perf-log.md, session 3 phase table), and one piece per poll
+// round trip paces the stream (no burst at a boundary, the failure of 95, 479, 2648 and prefetch-next).
+// TILES_POLL_PREFETCH_BYTES (piece per poll, per matrix; default 8192) and TILES_POLL_PREFETCH_CAP (bytes per matrix
+// and tile; default 262144). Its own kernel instantiation. NOT yet measured (prepared in session 3).
+constexpr int32_t kOptPollPrefetch = 4096;
+// MERGE reads each partition's m and l in one L2 round trip when P <= 32 (two otherwise: m, then m and l). Same
+// values, same order of operations. NOT yet measured (prepared in session 3, branch wip/merge-two-trips).
+constexpr int32_t kOptMergeOneTrip = 8192;
+// A MERGE tile that runs right after the partition-0 ATTN tile of its KV head on the same worker (the planner puts
+// it there), at a context that partition 0 holds alone (up to one chunk with the default granule), neither waits
+// nor reads the partials: it normalises the ATTN tile's o and l still in shared memory (bf16(o * (1 / l)), MERGE's
+// arithmetic for one live partition, so bit-identical). One dependent hand-off less per layer at short context.
+constexpr int32_t kOptLocalMerge = 16384;
+// When an ATTN tile's wait ends (its KV head's q, k, v rows are done, so the QKV stream is draining), warp 0
+// prefetches into L2 the first kWarps * kStageBytesPerWarp bytes (per matrix) of the worker's next matvec tile (the o
+// projection): the batch that tile stages before its own wait then comes from L2, not from a cold HBM queue
+// (session 3: the o tile's main phase is 2.2 us although its rows are staged). Needs the plan in shared memory (16).
+// Compiled into PollPrefetch's instantiation only (experiment; new code in the default one made it spill).
+constexpr int32_t kOptPrefetchAfterAttn = 32768;
+constexpr int32_t kOptAll = 65535;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 // 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
 // 1.969 at 16000 (Llama-1B, graph replay). With kUnroll 4 (session 3, v9-v11): 0.998 ms at 32, 1.178 at 4064;
 // 603 (no staging) +2.4% / +1.6%, 2655 (StageAhead) +4% / +5%.
+// 25183 = 607 + 8192 + 16384 (session 4): LocalMerge -5.3% (Llama-1B) / -11% (SmolLM2) at context 32 and 100,
+// MergeOneTrip -1% at 4064 (docs/perf-log.md v13, v14).
 constexpr int32_t kOptDefault = kOptNormRegs | kOptResidSmem | kOptStageWeights | kOptNoFence | kOptPlanSmem |
-                                kOptAttnPrestage | kOptAttnDoubleBuffer;
+                                kOptAttnPrestage | kOptAttnDoubleBuffer | kOptMergeOneTrip | kOptLocalMerge;
 
 // kOptPlanSmem: per local tile a record of kPlanRecWords: the Tile (18 words), then up to kPlanRecWaits Wait records
 // (a tile with more waits reads them from the blob). 96 bytes, a multiple of 16.
@@ -128,6 +151,8 @@ struct KernelParams {
   int32_t ring_l2_ahead;      // kOptWeightRing: batches per warp prefetched into L2 beyond the ring (0 = none)
   int32_t ring_fence;         // kOptWeightRing: 1 = fence.proxy.async before each refill (0 = none; see ring_release)
   int32_t ring_slots;         // kOptWeightRing: batches per warp in flight or landed, 2..kRingSlots (bytes in flight)
+  int32_t poll_piece;         // kOptPollPrefetch: bytes per matrix prefetched per unsuccessful poll
+  int32_t poll_cap;           // kOptPollPrefetch: bytes per matrix and GATEUP tile at most
   // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): kTileTimes %globaltimer values
   // at [((step * num_workers + worker) * tile_times_stride + k) * kTileTimes + i] for the worker's k-th tile (i:
   // kTime*). Null (and ignored) in the product build.
@@ -143,7 +168,7 @@ static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 3
 struct SmemLayout {
   int32_t vec;      // bf16 input vector of a matvec tile [max_in]
   int32_t red;      // fp32 partials of k-split rows [2 * kWarps]
-  int32_t qf;       // fp32 rotated q [G * hd]
+  int32_t qf;       // fp32 rotated q [G][hd + 4] (padded: the G heads' rows start in different banks)
   int32_t of;       // fp32 running o [G * hd]
   int32_t opart;    // fp32 o partials of the position groups [splits * G * hd]
   int32_t ml;       // fp32 m, l, alpha per head [4 * G]
@@ -199,12 +224,12 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.prec = o; o += s.tiles_cap * kPlanRecWords * 4;
   s.vec = o; o += up16(max_in * 2);
   s.red = o; o += up16(2 * kWarps * 4);
-  s.qf = o; o += up16(G * hd * 4);
+  s.qf = o; o += up16(G * (hd + 4) * 4);
   s.of = o; o += up16(G * hd * 4);
   s.opart = o; o += up16(s.splits * G * hd * 4);
   s.ml = o; o += up16(4 * G * 4);
   s.cs = o; o += up16(hd * 4);
-  s.sc = o; o += up16(s.chunk * G * 4);
+  s.sc = o; o += up16(G * (s.chunk + 8) * 4);
   s.kbuf = o; o += up16(s.chunk * (hd + 8) * 2);
   s.vbuf = o; o += up16(s.chunk * hd * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);

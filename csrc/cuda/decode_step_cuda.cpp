@@ -272,6 +272,15 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
                 ring_slots, " outside 2..", cuda::kRingSlots, " (a warp reads a row pair from two slots at once)");
     p.ring_slots = static_cast<int32_t>(ring_slots);
   }
+  if (opt & cuda::kOptPollPrefetch) {  // read only when the option runs
+    const int64_t piece = env_int("TILES_POLL_PREFETCH_BYTES", 8192);
+    const int64_t cap = env_int("TILES_POLL_PREFETCH_CAP", 262144);
+    TORCH_CHECK(piece >= 16 && piece <= (int64_t(1) << 20) && piece % 16 == 0 && cap >= 0 && cap < (int64_t(1) << 31),
+                "tiles::decode_step (CUDA): TILES_POLL_PREFETCH_BYTES=", piece, " must be a multiple of 16 in 16..1 MiB"
+                " and TILES_POLL_PREFETCH_CAP=", cap, " in 0..2 GiB");
+    p.poll_piece = static_cast<int32_t>(piece);
+    p.poll_cap = static_cast<int32_t>(cap);
+  }
   p.opt = static_cast<int32_t>(opt);
   for (int64_t i = 0; i < h.num_weights; ++i) {
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,

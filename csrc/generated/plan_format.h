@@ -6,12 +6,13 @@
 namespace tiles {
 
 constexpr int32_t kMagic = 0x454C4954;
-constexpr int32_t kFormatVersion = 1;
+constexpr int32_t kFormatVersion = 2;
 constexpr int32_t kAbiVersion = 1;
 constexpr int32_t kMaxSteps = 64;
 constexpr int32_t kMaxEos = 8;
 constexpr int32_t kStateHeaderWords = 32;
 constexpr int32_t kCounterStrideWords = 32;
+constexpr int32_t kAttnChunkElems = 8192;
 constexpr int32_t kLayerSlots = 9;
 constexpr int32_t kFinalSlots = 3;
 
@@ -82,6 +83,7 @@ struct Header {
   int32_t vocab;  // vocabulary size (LM head rows)
   int32_t attn_partitions;  // KV-position partitions per KV head
   int32_t attn_granule;  // partition lengths are multiples of this
+  int32_t attn_single;  // up to this many positions partition 0 holds them all (0: never)
   int32_t lm_tiles;  // LM head tiles (argmax partial slots)
   int32_t argmax_counter;  // counter signalled by the ARGMAX tile
   int32_t scratch_bytes;  // bytes of the scratch arena
@@ -100,8 +102,8 @@ struct Header {
   int32_t cc_minor;  // compute capability minor
   int32_t config_hash;  // low 31 bits of the model-config hash
 };
-static_assert(sizeof(Header) == 36 * 4, "Header layout");
-constexpr int32_t kHeaderWords = 36;
+static_assert(sizeof(Header) == 37 * 4, "Header layout");
+constexpr int32_t kHeaderWords = 37;
 
 struct Buffer {
   int32_t offset_bytes;  // byte offset in the scratch arena (256-byte aligned)
@@ -146,10 +148,11 @@ constexpr int32_t kWaitWords = 3;
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32_t granule,
+inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32_t granule, int32_t single,
                                  int32_t* lo, int32_t* hi) {
   int32_t per = (n + partitions - 1) / partitions;
   per = (per + granule - 1) / granule * granule;
+  if (n <= single) per = n;
   int32_t l = p * per < n ? p * per : n;
   *lo = l;
   *hi = l + per < n ? l + per : n;
