@@ -122,3 +122,26 @@ def test_waves_policy_waits_on_the_whole_previous_stage():
     n_waves = w.tiles[first_attn, COL["wait_count"]]
     n_tiles = t.tiles[first_attn, COL["wait_count"]]
     assert n_waves == d["num_key_value_heads"] and n_tiles == 1   # all qkv groups vs only its own
+
+
+@pytest.mark.parametrize("name,workers", [("llama-3.2-1b-config.json", 132), ("smollm2-135m-config.json", 132),
+                                          ("smollm2-135m-config.json", 9)])
+def test_merge_runs_right_after_its_partition_0_attention_tile(name, workers):
+    """The kernel's LocalMerge (MERGE from the ATTN tile's shared memory) applies only when a MERGE tile directly
+    follows its KV head's partition-0 ATTN tile on the same worker: the scheduler must keep them adjacent."""
+    plan = build_plan(cfg(name), workers)
+    T = np.asarray(plan.tiles)
+    off, wt = np.asarray(plan.worker_offsets), np.asarray(plan.worker_tiles)
+    merges = 0
+    for w in range(workers):
+        lst = wt[off[w]:off[w + 1]].tolist()
+        for k, i in enumerate(lst):
+            if T[i, COL["op"]] != Op.MERGE:
+                continue
+            merges += 1
+            prev = lst[k - 1]
+            assert k > 0 and T[prev, COL["op"]] == Op.ATTN and T[prev, COL["aux1"]] == 0, (w, k)
+            assert T[prev, COL["layer"]] == T[i, COL["layer"]] and T[prev, COL["aux0"]] == T[i, COL["aux0"]]
+    shape = plan.shape
+    assert merges == shape.num_layers * shape.num_kv_heads
+    assert plan.header["attn_single"] == 8192 // shape.head_dim and plan.header["attn_granule"] == 32

@@ -202,6 +202,14 @@ def test_header_must_match_shape(small_plan):
     refuse(p, "hidden")
 
 
+def test_negative_attn_single_is_refused(small_plan):
+    p = mutated(small_plan)
+    p.header["attn_single"] = -1
+    refuse(p, "attn_single = -1")
+    with pytest.raises(ValueError, match="attn_single -1"):
+        build_plan(SMALL, 13, attn_single=-1)
+
+
 def test_more_workers_than_sms():
     p = build_plan(SMALL, 13, gpu=GpuTarget("x", 13, 9, 0))
     p = mutated(p)

@@ -92,10 +92,11 @@ constexpr int32_t kOptStageAhead = 2048;
 // the memory system idles through those stages (docs/perf-log.md, session 3 phase table), and one piece per poll
 // round trip paces the stream (no burst at a boundary, the failure of 95, 479, 2648 and prefetch-next).
 // TILES_POLL_PREFETCH_BYTES (piece per poll, per matrix; default 8192) and TILES_POLL_PREFETCH_CAP (bytes per matrix
-// and tile; default 262144). Its own kernel instantiation. NOT yet measured (prepared in session 3).
+// and tile; default 262144). Its own kernel instantiation. Measured slower (docs/perf-log.md v12: 4703 1.049 vs 607
+// 1.020 ms at context 32): even paced, the bytes lengthen the ATTN -> MERGE -> o chain they run beside.
 constexpr int32_t kOptPollPrefetch = 4096;
 // MERGE reads each partition's m and l in one L2 round trip when P <= 32 (two otherwise: m, then m and l). Same
-// values, same order of operations. NOT yet measured (prepared in session 3, branch wip/merge-two-trips).
+// values, same order of operations. -1% at context 4064 (docs/perf-log.md v14).
 constexpr int32_t kOptMergeOneTrip = 8192;
 // A MERGE tile that runs right after the partition-0 ATTN tile of its KV head on the same worker (the planner puts
 // it there), at a context that partition 0 holds alone (up to one chunk with the default granule), neither waits
@@ -106,7 +107,8 @@ constexpr int32_t kOptLocalMerge = 16384;
 // prefetches into L2 the first kWarps * kStageBytesPerWarp bytes (per matrix) of the worker's next matvec tile (the o
 // projection): the batch that tile stages before its own wait then comes from L2, not from a cold HBM queue
 // (session 3: the o tile's main phase is 2.2 us although its rows are staged). Needs the plan in shared memory (16).
-// Compiled into PollPrefetch's instantiation only (experiment; new code in the default one made it spill).
+// Compiled into PollPrefetch's instantiation only (new code in the default one made it spill). Measured slower
+// (docs/perf-log.md v16: +5.6% at context 32): the 8 MB burst delays the ATTN -> MERGE chain.
 constexpr int32_t kOptPrefetchAfterAttn = 32768;
 constexpr int32_t kOptAll = 65535;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
