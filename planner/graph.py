@@ -26,6 +26,7 @@ class TileSpec:
     fields: dict                    # Tile fields other than wait_begin / wait_count
     waits: list = field(default_factory=list)   # (counter, count, step_offset)
     with_tile: int = -1             # run on the worker of this (earlier-stage) tile, right after it; -1 free
+    not_with: tuple = ()            # never on the worker of any of these (earlier-stage) tiles
 
     @property
     def weight_bytes(self) -> int:
@@ -129,7 +130,10 @@ def default_single(head_dim: int) -> int:
 
 
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
-                attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None) -> TileGraph:
+                attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
+                o_off_merge: bool = False) -> TileGraph:
+    """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
+    layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -185,7 +189,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         stage_counters.append([counter(c) for c in counter_names])
         return len(stages) - 1
 
-    def add(op, stage, piece, signal, waits, with_tile=-1, **f):
+    def add(op, stage, piece, signal, waits, with_tile=-1, not_with=(), **f):
         base = {k: -1 for k, _ in TILE.fields}
         base.update(op=int(op), layer=-1, row_begin=0, row_end=0, out_offset=0, aux0=0, aux1=0,
                     wait_begin=0, wait_count=0, weight_bytes=0)
@@ -195,7 +199,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         if policy == "waves" and stage > 0:
             prev = stage_counters[stage - 1]
             waits = [(c, None, 0) for c in prev] + [w for w in waits if w[2] != 0]
-        tiles.append(TileSpec(op, stage, piece, base, waits, with_tile))
+        tiles.append(TileSpec(op, stage, piece, base, waits, with_tile, tuple(not_with)))
 
     def full(counter_name):
         """Wait for every arrival at a counter in this step (count filled in once all tiles exist)."""
@@ -233,14 +237,17 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
                     out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
                     weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
         st = new_stage(f"L{l}.merge", [f"merge{l}"])
+        merge_tiles = []
         for h in range(s.num_kv_heads):
+            merge_tiles.append(len(tiles))
             # On partition 0's worker, right after it: below one chunk of context it holds every position.
             add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")], with_tile=first_part[h],
                 layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
                 weight_bytes=P * G * (hd + 2) * 4)
         st = new_stage(f"L{l}.o", [f"o{l}"])
-        for piece, _, r0, r1 in cut_rows([("o", H)], workers):
-            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
+        avoid = o_off_merge and workers > 2 * s.num_kv_heads
+        for piece, _, r0, r1 in cut_rows([("o", H)], workers - s.num_kv_heads if avoid else workers):
+            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")], not_with=merge_tiles if avoid else (),
                 layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
                 out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
         st = new_stage(f"L{l}.gateup", [f"gateup{l}"])

@@ -27,10 +27,11 @@ def assign(graph) -> list[list[int]]:
         for piece, idx in order:
             nbytes = sum(graph.tiles[i].weight_bytes for i in idx)
             anchor = graph.tiles[idx[0]].with_tile
+            banned = {where[j] for j in graph.tiles[idx[0]].not_with}
             if anchor >= 0:
                 w = where[anchor]
             else:
-                w = min(range(W), key=lambda k: (in_stage[k], total[k], k))
+                w = min((k for k in range(W) if k not in banned), key=lambda k: (in_stage[k], total[k], k))
             in_stage[w] += nbytes
             total[w] += nbytes
             lists[w].extend(idx)

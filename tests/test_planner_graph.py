@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tiles_ext.planner import build_plan
-from tiles_ext.planner.format import TILE, Op
+from tiles_ext.planner.format import TILE, Op, weight_index
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
 from tiles_ext.planner.graph import max_piece_rows
 from tiles_ext.planner.summary import stage_stats
@@ -145,3 +145,22 @@ def test_merge_runs_right_after_its_partition_0_attention_tile(name, workers):
     shape = plan.shape
     assert merges == shape.num_layers * shape.num_kv_heads
     assert plan.header["attn_single"] == 8192 // shape.head_dim and plan.header["attn_granule"] == 32
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
+def test_o_projection_can_avoid_the_merge_workers(name):
+    """o_off_merge: the o tiles of a layer never share a worker with that layer's MERGE tiles (the last tiles to
+    finish before o), and the stage is cut into workers - num_kv_heads pieces."""
+    plan = build_plan(cfg(name), 132, o_off_merge=True)
+    T = np.asarray(plan.tiles)
+    off, wt = np.asarray(plan.worker_offsets), np.asarray(plan.worker_tiles)
+    shape = plan.shape
+    o_tiles = 0
+    for w in range(132):
+        lst = wt[off[w]:off[w + 1]].tolist()
+        merge_layers = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.MERGE}
+        o_layers = [T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.RESID and T[i, COL["weight"]] ==
+                    weight_index(T[i, COL["layer"]], "o", shape.num_layers)]
+        assert not merge_layers & set(o_layers), w
+        o_tiles += len(o_layers)
+    assert o_tiles == shape.num_layers * (132 - shape.num_kv_heads)
