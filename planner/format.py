@@ -55,7 +55,7 @@ MAX_EOS = 8
 STATE_HEADER_WORDS = 32
 COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share lines with writers
 # Elements (positions x head_dim) of K (and of V) an ATTN tile stages per chunk in the CUDA kernel. The planner's
-# default partition granule is one chunk (planner/graph.py default_granule).
+# default attn_single is one chunk of positions (planner/graph.py default_single).
 ATTN_CHUNK_ELEMS = 8192
 
 

@@ -282,5 +282,4 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
 
     return TileGraph(shape=s, workers=workers, policy=policy, buffers=buffers, counters=counters, stages=stages,
                      tiles=tiles, attn_partitions=P, attn_granule=attn_granule, attn_single=attn_single,
-                     lm_tiles=lm_tiles,
-                     argmax_counter=cid["argmax"], context_hint=context_hint)
+                     lm_tiles=lm_tiles, argmax_counter=cid["argmax"], context_hint=context_hint)

@@ -3,8 +3,9 @@
 Within a stage, pieces (the tiles that must share a worker) are placed largest first on the worker with the
 fewest bytes in that stage, ties going to the worker with the fewest bytes overall, so that small stages
 (embed, argmax) rotate across workers instead of piling onto worker 0. A tile with `with_tile` (MERGE: its
-partition-0 ATTN tile) goes to that tile's worker and runs right after it. Each worker runs its tiles in stage
-order; since every wait points to an earlier stage, the plan cannot deadlock.
+partition-0 ATTN tile) goes to that tile's worker and runs right after it; a tile with `not_with` (the o projection
+under o_off_merge: the layer's MERGE tiles) avoids those tiles' workers. Each worker runs its tiles in stage order;
+since every wait points to an earlier stage, the plan cannot deadlock.
 """
 from __future__ import annotations
 
