@@ -245,9 +245,10 @@ def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: lis
 
 
 def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) -> list:
-    """All baseline rows, phase by phase across the models (eager; CUDA-graph step and its sweep; generate +
-    compile; llama.cpp), so that what the budget cuts is the least needed, never a whole model. Rows are
-    appended to `out` as they finish (an interruption keeps them)."""
+    """All baseline rows, phase by phase across the models (eager; CUDA-graph step and its sweep; llama.cpp;
+    generate + compile), so that what the budget cuts is the least needed, never a whole model: llama.cpp (the
+    closest peer, ~10 s a model) before the compiled generate (~30-60 s of compiling a workload), which the budget
+    cut on SmolLM2 in session 4's run. Rows are appended to `out` as they finish (an interruption keeps them)."""
     from . import baselines as B
     from . import llamacpp
     from .workloads import build_model, make_prompt
@@ -297,7 +298,6 @@ def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) 
 
     guarded("hf-eager", B.eager_generate, s["eager_tokens"], min_left=10)
     guarded("graph-step", B.graph_step, min_left=25, after_model=graph_sweep)
-    guarded("hf-static-compile", B.static_compile_generate, min_left=40)
     if "llama.cpp" in want:
         for model, wls, floors, _ in models.values():
             lrows = {w.prompt_len: R.new_row("llama.cpp", w) for w in wls}
@@ -316,6 +316,7 @@ def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) 
                         R.fail(r, RuntimeError("no result"))
                     log(f"llama.cpp {r['workload']}: {r['status']} {r.get('reason') or ''}")
             out += list(lrows.values())
+    guarded("hf-static-compile", B.static_compile_generate, min_left=40)
     models.clear()
     if device.type == "cuda":
         torch._dynamo.reset()
