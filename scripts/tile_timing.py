@@ -203,6 +203,7 @@ def main():
                     help="L2 prefetch bytes (default as the op: 0 with StageWeights, else 65536)")
     ap.add_argument("--single", type=int, default=-1,
                     help="positions up to which partition 0 holds them all (-1: the planner's)")
+    ap.add_argument("--o-off-merge", action="store_true", help="plan the o projection off the MERGE workers (v17)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -212,8 +213,9 @@ def main():
     model = random_model(cfg, device="cuda", seed=0)
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
-                      attn_single=None if args.single < 0 else args.single)
+                      attn_single=None if args.single < 0 else args.single, o_off_merge=args.o_off_merge)
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
+              "o_off_merge": args.o_off_merge,
               "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
