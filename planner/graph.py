@@ -131,9 +131,12 @@ def default_single(head_dim: int) -> int:
 
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
-                o_off_merge: bool = False) -> TileGraph:
+                o_off_merge: bool = False, attn0_off_qkv: bool = False) -> TileGraph:
     """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
-    layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then)."""
+    layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
+    attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
+    on a worker without a qkv tile of its layer, so that its K/V rows are staged while the qkv stage runs, not
+    after that worker's own qkv tile (at short context partition 0 is the whole attention)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -217,7 +220,10 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         segs = []
         for h in range(s.num_kv_heads):
             segs += [(("q", h), G * hd), (("k", h), hd), (("v", h), hd)]
-        for piece, (which, h), r0, r1 in cut_rows(segs, workers):
+        free_qkv = attn0_off_qkv and workers > 2 * s.num_kv_heads
+        qkv_tiles = []
+        for piece, (which, h), r0, r1 in cut_rows(segs, workers - s.num_kv_heads if free_qkv else workers):
+            qkv_tiles.append(len(tiles))
             base_row = h * (G * hd if which == "q" else hd)
             out = {"q": f"q{l}", "k": f"knew{l}", "v": f"vnew{l}"}[which]
             add(Op.QKV, st, piece, cid[f"qkv{l}.{h}"], [full(x_in)],
@@ -233,6 +239,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
                 if p == 0:
                     first_part[h] = len(tiles)
                 add(Op.ATTN, st, h * P + p, cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
+                    not_with=qkv_tiles if free_qkv and p == 0 else (),
                     layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
                     out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
                     weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)

@@ -149,12 +149,13 @@ def expected_weight_shapes(shape: ModelShape) -> np.ndarray:
 
 def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | None = None,
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
-               attn_single: int | None = None, o_off_merge: bool = False,
+               attn_single: int | None = None, o_off_merge: bool = False, attn0_off_qkv: bool = False,
                validate: bool = True) -> Plan:
     """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict)."""
     shape = config if isinstance(config, ModelShape) else ModelShape.from_config(config)
     gpu = gpu or GpuTarget()
-    g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single, o_off_merge)
+    g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single, o_off_merge,
+                    attn0_off_qkv)
     lists = assign(g)
 
     buffers = np.zeros((len(g.buffers), BUFFER.words), dtype=np.int32)

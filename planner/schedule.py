@@ -24,7 +24,9 @@ def assign(graph) -> list[list[int]]:
     for stage in sorted(by_stage):
         pieces = by_stage[stage]
         in_stage = [0] * W
-        order = sorted(pieces.items(), key=lambda kv: (-sum(graph.tiles[i].weight_bytes for i in kv[1]), kv[0]))
+        # Constrained pieces (not_with) first, so that the workers they may use are still free.
+        order = sorted(pieces.items(), key=lambda kv: (not graph.tiles[kv[1][0]].not_with,
+                                                       -sum(graph.tiles[i].weight_bytes for i in kv[1]), kv[0]))
         for piece, idx in order:
             nbytes = sum(graph.tiles[i].weight_bytes for i in idx)
             anchor = graph.tiles[idx[0]].with_tile

@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--singles", default="-1",
                     help="positions up to which partition 0 holds them all, to plan with (-1: planner's)")
     ap.add_argument("--o-off-merge", default="0", help="0,1: plan the o projection off the MERGE workers")
+    ap.add_argument("--attn0-off-qkv", default="0", help="0,1: plan partition-0 ATTN tiles off the qkv workers")
     ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
     args = ap.parse_args()
@@ -37,14 +38,16 @@ def main():
         cfg = load_config(name)
         model = random_model(cfg, device="cuda", seed=0)
         for parts in [int(x) for x in args.partitions.split(",")]:
-            variants = [(int(x), int(y)) for x in args.singles.split(",") for y in args.o_off_merge.split(",")]
-            for single, ooff in variants:
+            variants = [(int(x), int(y), int(z)) for x in args.singles.split(",") for y in args.o_off_merge.split(",")
+                        for z in args.attn0_off_qkv.split(",")]
+            for single, ooff, aoff in variants:
                 plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
                                   attn_partitions=parts or None, attn_single=None if single < 0 else single,
-                                  o_off_merge=bool(ooff))
-                print(f"plan: single {plan.header['attn_single']}, o off the MERGE workers {bool(ooff)}", flush=True)
+                                  o_off_merge=bool(ooff), attn0_off_qkv=bool(aoff))
+                print(f"plan: single {plan.header['attn_single']}, o off the MERGE workers {bool(ooff)}, "
+                      f"partition-0 ATTN off the qkv workers {bool(aoff)}", flush=True)
                 op = Op(model, plan, args.max_cache)
-                run_contexts(args, name, op, ctxs, parts, res, plan.header["attn_single"], ooff)
+                run_contexts(args, name, op, ctxs, parts, res, plan.header["attn_single"], ooff, aoff)
                 del op
         del model
         torch.cuda.empty_cache()
@@ -52,7 +55,7 @@ def main():
         Path(os.environ["OUT"], "opt_ab.json").write_text(json.dumps(res, indent=1))
 
 
-def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0):
+def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
     """Times every option set at every context, alternating rounds (drift shows as round-to-round change)."""
     for ctx in [int(c) for c in ctxs.split(",")]:
         for r in range(args.rounds):
@@ -68,9 +71,9 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0):
                     else:
                         os.environ[k] = v
                 res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single,
-                            "o_off_merge": ooff, "round": r, "graph_ms": ms})
-                print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} opt {o} round {r}: "
-                      f"{ms:.4f} ms", flush=True)
+                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "round": r, "graph_ms": ms})
+                print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} opt {o} "
+                      f"round {r}: {ms:.4f} ms", flush=True)
 
 
 if __name__ == "__main__":

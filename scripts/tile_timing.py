@@ -12,8 +12,9 @@ reports, averaged over the layers and steps 1..:
   handoff  median time from the producers' last signal to a waiting tile leaving its wait (counter latency),
   work     median / max over tiles of wait-done to signalled (the tile's own latency + streaming),
   late     fraction of tiles that started after their inputs were ready (their worker was still busy),
-and the critical tile's work by phase: inputs (matvec: the input vector in shared memory; ATTN: q and the new row;
-MERGE: the scale factors), main (the arithmetic / chunk loop / output), epilogue (up to the signal), signal.
+and the critical tile's work by phase: inputs (matvec: the input vector in shared memory; ATTN: q, the new row and
+the first chunk's K/V rows in shared memory (since session 4; before: q and the new row); MERGE: the scale
+factors), main (the arithmetic / chunk loop / output), epilogue (up to the signal), signal.
 The timing build spills registers that the product build does not (ptxas), so its times run a little slower.
 Needs a CUDA GPU and nvcc. Prints a table; writes JSON.
 """
@@ -204,6 +205,7 @@ def main():
     ap.add_argument("--single", type=int, default=-1,
                     help="positions up to which partition 0 holds them all (-1: the planner's)")
     ap.add_argument("--o-off-merge", action="store_true", help="plan the o projection off the MERGE workers (v17)")
+    ap.add_argument("--attn0-off-qkv", action="store_true", help="plan partition-0 ATTN tiles off the qkv workers")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -213,9 +215,10 @@ def main():
     model = random_model(cfg, device="cuda", seed=0)
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
-                      attn_single=None if args.single < 0 else args.single, o_off_merge=args.o_off_merge)
+                      attn_single=None if args.single < 0 else args.single, o_off_merge=args.o_off_merge,
+                      attn0_off_qkv=args.attn0_off_qkv)
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
-              "o_off_merge": args.o_off_merge,
+              "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv,
               "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:

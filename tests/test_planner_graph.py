@@ -164,3 +164,23 @@ def test_o_projection_can_avoid_the_merge_workers(name):
         assert not merge_layers & set(o_layers), w
         o_tiles += len(o_layers)
     assert o_tiles == shape.num_layers * (132 - shape.num_kv_heads)
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
+def test_partition_0_attention_can_avoid_the_qkv_workers(name):
+    """attn0_off_qkv: every partition-0 ATTN tile runs on a worker without a qkv tile of its layer (its K/V rows
+    are then staged while the qkv stage runs), its MERGE still right after it; the default plan is unchanged."""
+    plan = build_plan(cfg(name), 132, attn0_off_qkv=True)
+    T = np.asarray(plan.tiles)
+    off, wt = np.asarray(plan.worker_offsets), np.asarray(plan.worker_tiles)
+    seen = 0
+    for w in range(132):
+        lst = wt[off[w]:off[w + 1]].tolist()
+        qkv_layers = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.QKV}
+        for k, i in enumerate(lst):
+            if T[i, COL["op"]] == Op.ATTN and T[i, COL["aux1"]] == 0:
+                seen += 1
+                assert T[i, COL["layer"]] not in qkv_layers, (w, i)
+                assert T[lst[k + 1], COL["op"]] == Op.MERGE
+    assert seen == plan.shape.num_layers * plan.shape.num_kv_heads
+    assert not np.array_equal(plan.to_blob(), build_plan(cfg(name), 132).to_blob())

@@ -1111,7 +1111,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     if (!first_local) __threadfence();
   }
   __syncthreads();
-  TILES_MARK(kTimePhase1);
+  if (lo >= hi) TILES_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
 
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
@@ -1147,6 +1147,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       *reinterpret_cast<uint4*>(vb + j * hd + c * 8) = vv;
     }
     __syncthreads();
+    if (c0 == lo) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row and the first chunk's K/V rows
     // Scores: one (position, head) per thread.
     for (int i = tid; i < cn * G; i += kThreads) {
       const int j = i / G, g = i - j * G;
