@@ -29,11 +29,11 @@ def assign(graph) -> list[list[int]]:
                                                        -sum(graph.tiles[i].weight_bytes for i in kv[1]), kv[0]))
         for piece, idx in order:
             nbytes = sum(graph.tiles[i].weight_bytes for i in idx)
-            anchor = graph.tiles[idx[0]].with_tile
-            banned = {where[j] for j in graph.tiles[idx[0]].not_with}
-            if anchor >= 0:
-                w = where[anchor]
+            head = graph.tiles[idx[0]]
+            if head.with_tile >= 0:
+                w = where[head.with_tile]
             else:
+                banned = {where[j] for j in head.not_with}
                 w = min((k for k in range(W) if k not in banned), key=lambda k: (in_stage[k], total[k], k))
             in_stage[w] += nbytes
             total[w] += nbytes

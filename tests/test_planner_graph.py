@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tiles_ext.planner import build_plan
-from tiles_ext.planner.format import TILE, Op, weight_index
+from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, Op, weight_index
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
 from tiles_ext.planner.graph import max_piece_rows
 from tiles_ext.planner.summary import stage_stats
@@ -131,10 +131,9 @@ def test_merge_runs_right_after_its_partition_0_attention_tile(name, workers):
     follows its KV head's partition-0 ATTN tile on the same worker: the scheduler must keep them adjacent."""
     plan = build_plan(cfg(name), workers)
     T = np.asarray(plan.tiles)
-    off, wt = np.asarray(plan.worker_offsets), np.asarray(plan.worker_tiles)
     merges = 0
     for w in range(workers):
-        lst = wt[off[w]:off[w + 1]].tolist()
+        lst = plan.worker_list(w).tolist()
         for k, i in enumerate(lst):
             if T[i, COL["op"]] != Op.MERGE:
                 continue
@@ -144,7 +143,7 @@ def test_merge_runs_right_after_its_partition_0_attention_tile(name, workers):
             assert T[prev, COL["layer"]] == T[i, COL["layer"]] and T[prev, COL["aux0"]] == T[i, COL["aux0"]]
     shape = plan.shape
     assert merges == shape.num_layers * shape.num_kv_heads
-    assert plan.header["attn_single"] == 8192 // shape.head_dim and plan.header["attn_granule"] == 32
+    assert plan.header["attn_single"] == ATTN_CHUNK_ELEMS // shape.head_dim and plan.header["attn_granule"] == 32
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
@@ -153,11 +152,10 @@ def test_o_projection_can_avoid_the_merge_workers(name):
     finish before o), and the stage is cut into workers - num_kv_heads pieces."""
     plan = build_plan(cfg(name), 132, o_off_merge=True)
     T = np.asarray(plan.tiles)
-    off, wt = np.asarray(plan.worker_offsets), np.asarray(plan.worker_tiles)
     shape = plan.shape
     o_tiles = 0
     for w in range(132):
-        lst = wt[off[w]:off[w + 1]].tolist()
+        lst = plan.worker_list(w).tolist()
         merge_layers = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.MERGE}
         o_layers = [T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.RESID and T[i, COL["weight"]] ==
                     weight_index(T[i, COL["layer"]], "o", shape.num_layers)]
@@ -172,10 +170,9 @@ def test_partition_0_attention_can_avoid_the_qkv_workers(name):
     are then staged while the qkv stage runs), its MERGE still right after it; the default plan is unchanged."""
     plan = build_plan(cfg(name), 132, attn0_off_qkv=True)
     T = np.asarray(plan.tiles)
-    off, wt = np.asarray(plan.worker_offsets), np.asarray(plan.worker_tiles)
     seen = 0
     for w in range(132):
-        lst = wt[off[w]:off[w + 1]].tolist()
+        lst = plan.worker_list(w).tolist()
         qkv_layers = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.QKV}
         for k, i in enumerate(lst):
             if T[i, COL["op"]] == Op.ATTN and T[i, COL["aux1"]] == 0:

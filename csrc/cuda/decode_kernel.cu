@@ -376,7 +376,9 @@ __device__ void prefetch_range(const void* base, int64_t bytes, int64_t cap) {
   }
 }
 
-// kOptPrefetchAfterAttn (warp 0): the first `cap` bytes of a matvec tile's rows (of each matrix) into L2.
+// kOptPrefetchAfterAttn (warp 0): the first `cap` bytes of a matvec tile's rows (of each matrix) into L2. The same
+// ranges as prefetch_tile's matvec case with no skip; one helper for both changed the register allocation (spills)
+// of the ring and PollPrefetch instantiations (ptxas, session 4), so the few lines stand twice.
 __device__ void prefetch_rows(const KernelParams& p, const Tile& t, int64_t cap) {
   const int64_t cols = weight_cols(p, t.weight);
   const int64_t bytes = int64_t(t.row_end - t.row_begin) * cols * 2;
