@@ -149,7 +149,7 @@ def expected_weight_shapes(shape: ModelShape) -> np.ndarray:
 
 def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | None = None,
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
-               attn_single: int | None = None, o_off_merge: bool = False, attn0_off_qkv: bool = False,
+               attn_single: int | None = None, o_off_merge: bool = True, attn0_off_qkv: bool = True,
                validate: bool = True) -> Plan:
     """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict)."""
     shape = config if isinstance(config, ModelShape) else ModelShape.from_config(config)

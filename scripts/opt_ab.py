@@ -26,8 +26,9 @@ def main():
     ap.add_argument("--partitions", default="0", help="attention partitions per KV head to plan with (0: planner's)")
     ap.add_argument("--singles", default="-1",
                     help="positions up to which partition 0 holds them all, to plan with (-1: planner's)")
-    ap.add_argument("--o-off-merge", default="0", help="0,1: plan the o projection off the MERGE workers")
-    ap.add_argument("--attn0-off-qkv", default="0", help="0,1: plan partition-0 ATTN tiles off the qkv workers")
+    ap.add_argument("--o-off-merge", default="1", help="0,1: plan the o projection off the MERGE workers (default 1)")
+    ap.add_argument("--attn0-off-qkv", default="1",
+                    help="0,1: plan partition-0 ATTN tiles off the qkv workers (default 1)")
     ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
     args = ap.parse_args()

@@ -204,8 +204,10 @@ def main():
                     help="L2 prefetch bytes (default as the op: 0 with StageWeights, else 65536)")
     ap.add_argument("--single", type=int, default=-1,
                     help="positions up to which partition 0 holds them all (-1: the planner's)")
-    ap.add_argument("--o-off-merge", action="store_true", help="plan the o projection off the MERGE workers (v17)")
-    ap.add_argument("--attn0-off-qkv", action="store_true", help="plan partition-0 ATTN tiles off the qkv workers")
+    ap.add_argument("--o-off-merge", type=int, default=1,
+                    help="1 (the planner's default since session 5): the o projection off the MERGE workers (v17)")
+    ap.add_argument("--attn0-off-qkv", type=int, default=1,
+                    help="1 (the planner's default since session 5): partition-0 ATTN tiles off the qkv workers (v18)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -215,8 +217,8 @@ def main():
     model = random_model(cfg, device="cuda", seed=0)
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
-                      attn_single=None if args.single < 0 else args.single, o_off_merge=args.o_off_merge,
-                      attn0_off_qkv=args.attn0_off_qkv)
+                      attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
+                      attn0_off_qkv=bool(args.attn0_off_qkv))
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
               "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv,
               "runs": {}}

@@ -48,6 +48,9 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   if (const char* a = std::getenv("TILES_POLL_PREFETCH_BYTES")) p.poll_piece = std::atoi(a);
   if (const char* a = std::getenv("TILES_POLL_PREFETCH_CAP")) p.poll_cap = std::atoi(a);
   if (p.poll_piece < 16 || p.poll_piece % 16 != 0) return -4;
+  if (const char* a = std::getenv("TILES_STREAM_STAGES")) p.stream_stages = std::atoi(a);
+  if (const char* a = std::getenv("TILES_STREAM_STAGE_BYTES")) p.stream_stage_bytes = std::atoi(a);
+  if (opt & kOptStream) p.prefetch_bytes = 0;
   p.tile_times = tile_times;
   p.tile_times_stride = tile_times_stride;
   for (int i = 0; i < p.h.num_weights; ++i) p.weights[i] = static_cast<const uint16_t*>(weights[i]);
@@ -55,7 +58,9 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
     p.k_cache[l] = static_cast<uint16_t*>(const_cast<void*>(k_cache[l]));
     p.v_cache[l] = static_cast<uint16_t*>(const_cast<void*>(v_cache[l]));
   }
-  const int32_t smem = smem_layout(p.h, opt).total;
+  const SmemLayout L = smem_layout(p.h, opt, p.stream_stages, p.stream_stage_bytes);
+  if ((opt & kOptStream) && !(opt & kOptWeightRing) && L.sstages < 2) return -5;
+  const int32_t smem = L.total;
   cudaError_t e = decode_set_smem_limit(smem);
   if (e != cudaSuccess) return 1000 + static_cast<int>(e);
   e = launch_decode(p, 0);

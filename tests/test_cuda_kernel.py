@@ -216,7 +216,12 @@ def test_bit_identical_repeats_and_modes():
     assert int(b.rt.state[fmt.StateWord.STEPS_DONE]) == 1
 
 
-def test_multi_token_eos_stops_early():
+@pytest.mark.parametrize("opt", [None, 25183 | 65536], ids=["default", "stream"])
+def test_multi_token_eos_stops_early(monkeypatch, opt):
+    """Also under the weight stream (65536), whose copies of the next step's first stages are in flight when EOS
+    ends the launch (the exit drains them; a copy landing in an exited block would fault the next launch)."""
+    if opt is not None:
+        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
     cfg, model, plan, ids, cache = _llama_small_bound()
     k, v = kv(cache)
     b = Bound(model, plan)
@@ -240,11 +245,12 @@ def test_multi_token_eos_stops_early():
 # StageAhead (2048) acts only with 4 and without 128 and 1024 (2048 alone, 4095: the other paths). PollPrefetch
 # (4096) only prefetches into L2; 8191 takes the ring's path. MergeOneTrip (8192) and LocalMerge (16384) change
 # MERGE's reads; PrefetchAfterAttn (32768) only prefetches into L2; 32767 and 65535: everything (the ring's path).
+# The weight stream (65536) needs 16 (alone: the plain path) and replaces 4, 128, 256, 2048; the ring wins over it.
 OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
             95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047,
             2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095, 4096, 607 | 4096, 8191, 8192, 16384,
             607 | 8192, 607 | 16384, 607 | 8192 | 16384, 607 | 4096 | 8192 | 16384, 32767, 32768, 25183 | 32768,
-            65535)
+            65535, 65536, 16 | 65536, 607 | 65536, 25183 | 65536, 1023 | 2048 | 65536, 131071)
 
 
 @pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700), (None, 124)],
@@ -292,6 +298,45 @@ def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
             f"TILES_KERNEL_OPT={opt}: K cache rows differ")
         assert torch.equal(t, t0), f"TILES_KERNEL_OPT={opt}: tokens {t.tolist()} != {t0.tolist()}"
         assert torch.equal(l.view(torch.int32), l0.view(torch.int32)), f"TILES_KERNEL_OPT={opt}: logits differ"
+
+
+@pytest.mark.parametrize("workers", [None, 7], ids=["W-sm", "W7"])
+def test_stream_depths_are_bit_identical(monkeypatch, workers):
+    """The weight stream's ring depth (TILES_STREAM_STAGES, 2..8 stages) changes only how far the copies run ahead:
+    every depth gives the default path's bits over an 8-step launch (the ring wraps many times across tiles and
+    steps) and the same K cache rows."""
+    params = TINY[1][:8] + (workers,)
+    h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
+    cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
+    model = tiny_model(cfg, seed=layers).to(DEV)
+    plan = build_plan(cfg, workers=workers or _workers(), gpu=_gpu())
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, cfg.vocab_size, (12,), generator=g).view(1, -1).to(DEV)
+    cache = prefill(model, ids, 64)
+    k, v = kv(cache)
+    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
+    out = {}
+    for opt, stages in ((25183, None), (25183 | 65536, 2), (25183 | 65536, 3), (25183 | 65536, 8)):
+        for x, x0 in zip(k + v, k0 + v0):
+            x.copy_(x0)
+        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
+        if stages is None:
+            monkeypatch.delenv("TILES_STREAM_STAGES", raising=False)
+        else:
+            monkeypatch.setenv("TILES_STREAM_STAGES", str(stages))
+        b = Bound(model, plan)
+        l, t = b.step(k, v, tok0, pos0, num_steps=8)
+        check_state(b.rt.state, plan)
+        out[stages] = (l, t, [x.clone() for x in k])
+    l0, t0, c0 = out[None]
+    for stages, (l, t, c) in out.items():
+        assert torch.equal(t, t0), f"TILES_STREAM_STAGES={stages}: tokens differ"
+        assert torch.equal(l.view(torch.int32), l0.view(torch.int32)), f"TILES_STREAM_STAGES={stages}: logits differ"
+        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(c, c0))
+    monkeypatch.setenv("TILES_STREAM_STAGES", "9")
+    with pytest.raises(RuntimeError, match="TILES_STREAM_STAGES=9 outside 0..8"):
+        Bound(model, plan).step(k, v, tok0, pos0)
 
 
 def test_cuda_graph_capture_matches_eager():

@@ -143,6 +143,7 @@ TOOL_BUILDS = {
     "tile_timing_kernel": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1"]),
     "tile_timing_launch": (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILES_TILE_TIMING=1"]),
     "latency_probe": (REPO / "scripts" / "latency_probe.cu", []),
+    "stream_probe": (REPO / "scripts" / "stream_probe.cu", []),
 }
 
 

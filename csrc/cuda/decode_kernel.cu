@@ -135,6 +135,17 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       : "memory");
 }
 
+// kOptStream probe 4: the same copy with an L2 evict_first policy (weights are read once per token).
+__device__ __forceinline__ void bulk_copy_g2s_evict_first(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
+      : "memory");
+}
+
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   const uint32_t wa[4] = {w.x, w.y, w.z, w.w};
   const uint32_t xa[4] = {x.x, x.y, x.z, x.w};
@@ -886,6 +897,299 @@ __device__ void ring_drain(const KernelParams& p, RingCtx& r) {
   __syncwarp();
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// kOptStream: one block-wide ring of weight stages streamed by bulk copies across tiles, stages and steps
+// ---------------------------------------------------------------------------------------------------------------
+// The stream is the sequence of stages of the worker's matvec tiles (plan order, step after step). A tile's units
+// (matvec_shape: two rows, or a gate and an up row) are cut into stages of ups = sstage_bytes / (2 x row bytes)
+// units; a stage is one contiguous copy of its rows (GATEUP: the gate rows, then the up rows: two copies). Stage m
+// lives in slot m % ns, whose mbarrier completes one phase per fill (parity (m / ns) & 1). Every warp passes every
+// stage of a tile in order (waits for it, reads its items in it, releases it); the kWarps-th release of a fill
+// refills the slot with stage m + ns (the releasing lane issues it). So nothing but the ring's depth throttles the
+// stream: while the block waits on a counter, the ring fills up with the next tiles' weights.
+struct StreamSlot {
+  uint64_t full;      // mbarrier, count 1: the issuing lane's arrive.expect_tx, then the copies' bytes
+  int32_t s, k;       // the stage after the prepared one: step, worker-local tile index,
+  int32_t st, nst;    // stage within that tile, the tile's stage count
+  uint32_t released;  // warp releases over all fills (every kWarps-th frees the slot)
+  uint32_t fills;     // fills issued
+  const uint16_t* src;   // the prepared fill (computed while the previous fill is in flight): first part,
+  const uint16_t* src2;  // second part (GATEUP's up rows) or null,
+  uint32_t bytes;        // bytes per part (0: the launch has no further stage for this slot)
+  int32_t pad[3];
+};
+static_assert(sizeof(StreamSlot) == 64, "smem_layout sizes StreamSlot as 64 bytes");
+
+// Lives in shared memory after the slots (written once at launch start): a local struct whose address the kernel
+// passes around ends up in local memory, and with ~210 KB of shared memory the L1 left for it is small, so its
+// reads in the stage loop became L2 round trips (v19's first, slow version). The block's stage count consumed so far
+// is a register of each thread (every thread holds the same value).
+struct StreamCtx {
+  uint8_t* ring;
+  StreamSlot* slots;
+  const int32_t* recs;
+  const uint16_t* const* wptr;  // the weight pointers, copied to shared memory after this struct (a dynamically
+                                // indexed kernel parameter is a constant-cache load that may miss)
+  int32_t tbeg, tend, ns, sb;
+};
+static_assert(sizeof(StreamCtx) <= 64, "smem_layout reserves 64 bytes for the StreamCtx");
+
+// Units per stage and stage count of a matvec tile (from its local record). Identical for producer and consumer.
+__device__ __forceinline__ int32_t stream_ups(int32_t cols, int32_t sb) { return sb / (4 * cols); }
+__device__ __forceinline__ int32_t stream_nst(const KernelParams& p, const int32_t* rec, int32_t sb) {
+  const int32_t op = rec[offsetof(Tile, op) / 4];
+  if (!op_is_matvec(op)) return 0;
+  const int32_t rows = rec[offsetof(Tile, row_end) / 4] - rec[offsetof(Tile, row_begin) / 4];
+  const int32_t units = op == kOpGateup ? rows : (rows + 1) / 2;
+  const int32_t ups = stream_ups(weight_cols(p, rec[offsetof(Tile, weight) / 4]), sb);
+  return (units + ups - 1) / ups;
+}
+
+// Moves a cursor to the next stage of the stream (s >= num_steps: none is left in this launch).
+__device__ void stream_next(const KernelParams& p, const StreamCtx& S, int32_t& s, int32_t& k, int32_t& st,
+                            int32_t& nst) {
+  if (++st < nst) return;
+  st = 0;
+  for (int32_t n = 0; n <= S.tend - S.tbeg; ++n) {
+    if (++k >= S.tend) {
+      k = S.tbeg;
+      ++s;
+    }
+    nst = stream_nst(p, S.recs + (k - S.tbeg) * kPlanRecWords, S.sb);
+    if (nst > 0) return;
+  }
+  s = p.num_steps;  // the worker has no matvec tile at all
+}
+
+// One lane: computes the slot's next fill from its cursor (src, src2, bytes; bytes 0 when the launch has no further
+// stage for the slot) and moves the cursor ns stages on. Runs right after the slot's previous fill is issued, so
+// the walk is off the path from a release to the copy.
+__device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_t slot) {
+  StreamSlot& q = S.slots[slot];
+  q.bytes = 0u;
+  if (q.s >= p.num_steps) return;
+  const int32_t* rec = S.recs + (q.k - S.tbeg) * kPlanRecWords;
+  const Tile t = load_tile_rec(rec);
+  const int64_t cols = weight_cols(p, t.weight);
+  const int32_t ups = stream_ups(static_cast<int32_t>(cols), S.sb);
+  const int32_t u0 = q.st * ups;
+  const uint16_t* src;
+  const uint16_t* src2 = nullptr;
+  uint32_t bytes;
+  if (t.op == kOpGateup) {
+    const int32_t rows = t.row_end - t.row_begin;
+    const int32_t n = rows - u0 < ups ? rows - u0 : ups;
+    const bool par = (p.stream_probe & 16) != 0;
+    src = (par ? p.weights[t.weight] : S.wptr[t.weight]) + (int64_t(t.row_begin) + u0) * cols;
+    src2 = (par ? p.weights[t.weight2] : S.wptr[t.weight2]) + (int64_t(t.row_begin) + u0) * cols;
+    bytes = static_cast<uint32_t>(n * cols * 2);
+  } else {
+    const int32_t r0 = t.row_begin + 2 * u0;
+    const int32_t r1 = r0 + 2 * ups < t.row_end ? r0 + 2 * ups : t.row_end;
+    src = ((p.stream_probe & 16) ? p.weights[t.weight] : S.wptr[t.weight]) + int64_t(r0) * cols;
+    bytes = static_cast<uint32_t>((r1 - r0) * cols * 2);
+  }
+  int32_t s = q.s, k = q.k, st = q.st, nst = q.nst;
+  for (int32_t i = 0; i < S.ns; ++i) stream_next(p, S, s, k, st, nst);
+  q.s = s;
+  q.k = k;
+  q.st = st;
+  q.nst = nst;
+  q.src = src;
+  q.src2 = src2;
+  q.bytes = bytes;
+}
+
+// One lane: issues the slot's prepared fill (if any), then prepares the next one (stream_release says why the next
+// issuing lane sees it).
+__device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t slot) {
+  StreamSlot& q = S.slots[slot];
+  const uint32_t bytes = q.bytes;
+  if (bytes == 0u) return;
+  const uint16_t* src = q.src;
+  const uint16_t* src2 = q.src2;
+  uint8_t* dst = S.ring + int64_t(slot) * S.sb;
+  ++q.fills;
+  mbar_arrive_expect_tx(&q.full, src2 != nullptr ? 2u * bytes : bytes);
+  const uint32_t piece = p.stream_piece > 0 ? static_cast<uint32_t>(p.stream_piece) : bytes;
+  for (int part = 0; part < (src2 != nullptr ? 2 : 1); ++part) {
+    const uint8_t* g = reinterpret_cast<const uint8_t*>(part ? src2 : src);
+    uint8_t* d = dst + part * bytes;
+    for (uint32_t off = 0; off < bytes; off += piece) {
+      const uint32_t n = bytes - off < piece ? bytes - off : piece;
+      if (p.stream_probe & 4) {
+        bulk_copy_g2s_evict_first(d + off, g + off, n, &q.full);
+      } else {
+        bulk_copy_g2s(d + off, g + off, n, &q.full);
+      }
+    }
+  }
+  stream_prepare(p, S, slot);
+}
+
+// All threads, at kernel start (the plan records are in shared memory): slot i takes stage i, and the first ns
+// stages are issued at once, so the first weights stream while the step's first waits run. Ends with a barrier.
+__device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
+  if (threadIdx.x == 0) {
+    int32_t s = 0, k = S.tbeg - 1, st = 0, nst = 0;
+    stream_next(p, S, s, k, st, nst);
+    for (int32_t i = 0; i < S.ns; ++i) {
+      StreamSlot& q = S.slots[i];
+      q.s = s;
+      q.k = k;
+      q.st = st;
+      q.nst = nst;
+      q.released = 0u;
+      q.fills = 0u;
+      mbar_init(&q.full, 1u);
+      stream_next(p, S, s, k, st, nst);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int32_t i = 0; i < S.ns; ++i) {
+      stream_prepare(p, S, i);
+      stream_issue(p, S, i);
+    }
+  }
+  __syncthreads();
+}
+
+// Warp-level: waits (bounded) until stage m has landed; returns its slot.
+__device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S, uint32_t m) {
+  const uint32_t slot = m % static_cast<uint32_t>(S.ns);
+  const uint32_t parity = (m / static_cast<uint32_t>(S.ns)) & 1u;
+  uint64_t* bar = &S.slots[slot].full;
+  if ((p.stream_probe & 2) && (threadIdx.x & 31) != 0) {
+    __syncwarp();
+    return S.ring + int64_t(slot) * S.sb;
+  }
+  if (p.stream_probe & 8) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+  } else if (!mbar_try_wait(bar, parity)) {
+    const uint64_t t0 = global_ns();
+    for (uint32_t iter = 1; !mbar_try_wait(bar, parity); ++iter) {
+      if ((iter & 15u) != 0u) continue;
+      const uint64_t dt = global_ns() - t0;
+      if (dt > p.timeout_ns) {
+        // A stage that never lands: report it (counter -4: the weight stream); the launch reports the error.
+        raise_error(p, kErrorWaitTimeout, blockIdx.x, -1, -1, -4, m, parity);
+        break;
+      }
+      if (dt > 1000000ull && ld_relaxed(p.state + kStateError) != 0u) break;
+    }
+  }
+  if (p.stream_probe & 2) __syncwarp();
+  return S.ring + int64_t(slot) * S.sb;
+}
+
+// Warp-level, after the warp's last read of stage m (the values are consumed by the arithmetic): the kWarps-th
+// release of the fill refills the slot. No proxy fence for this write-after-read (CUTLASS's TMA pipelines: consumer
+// release, then the producer's copy; v6 measured and checked the same).
+__device__ __forceinline__ void stream_release(const KernelParams& p, const StreamCtx& S, uint32_t m) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    const int32_t slot = static_cast<int32_t>(m % static_cast<uint32_t>(S.ns));
+    // The fences order this lane's earlier writes (a fill it prepared after issuing) before its release, and the
+    // releases before the issuing lane's reads: every warp releases a fill after the lane that issued it, so the
+    // kWarps-th release sees the fill that lane prepared.
+    __threadfence_block();
+    const uint32_t old = atomicAdd(&S.slots[slot].released, 1u);
+    if (old % kWarps == kWarps - 1) {
+      __threadfence_block();
+      stream_issue(p, S, slot);
+    }
+  }
+}
+
+// All threads, on every way out of the launch: waits for the fills still in flight (no copy may land in a block
+// that has exited). The callers have passed a block barrier, so no release is racing.
+__device__ void stream_drain(const KernelParams& p, const StreamCtx& S) {
+  if (threadIdx.x < S.ns) {
+    const uint32_t f = S.slots[threadIdx.x].fills;
+    uint64_t* bar = &S.slots[threadIdx.x].full;
+    if (f > 0u) {
+      const uint64_t t0 = global_ns();
+      while (!mbar_try_wait(bar, (f - 1u) & 1u)) {
+        if (global_ns() - t0 > p.timeout_ns) break;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// The matvec of one tile from the stream: the same items, chunks and fmaf order per lane as matvec(), so the same
+// values. Every thread advances n (the stages consumed so far) by the tile's stage count.
+__device__ void matvec_stream(const KernelParams& p, int32_t cols, const uint16_t* h, const MatvecOut& o, float* red,
+                              const StreamCtx& S, uint32_t& n) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t rows = o.row_end - o.row_begin;
+  const MatvecShape m = matvec_shape(o.op, rows, cols);
+  const int32_t ups = stream_ups(cols, S.sb);
+  const int32_t nst = (m.nunits + ups - 1) / ups;
+  const int64_t rowbytes = int64_t(cols) * 2;
+  const uint4* hv = reinterpret_cast<const uint4*>(h);
+  const uint32_t base = n;
+  int32_t passed = 0;
+  for (int32_t item = warp; item < m.items; item += kWarps) {
+    const int32_t unit = item / m.ksplit;
+    const int32_t ks = item - unit * m.ksplit;
+    const int32_t c0 = ks * m.slice;
+    const int32_t c1 = c0 + m.slice < m.nchunks ? c0 + m.slice : m.nchunks;
+    const int32_t j = unit / ups;
+    for (; passed < j; ++passed) {
+      stream_wait(p, S, base + passed);
+      stream_release(p, S, base + passed);
+    }
+    const uint8_t* slot = stream_wait(p, S, base + j);
+    const int32_t ju = unit - j * ups;
+    const uint4* A;
+    const uint4* B;
+    bool bvalid;
+    if (m.pair) {
+      const int32_t nin = m.nunits - j * ups < ups ? m.nunits - j * ups : ups;
+      A = reinterpret_cast<const uint4*>(slot + ju * rowbytes);
+      B = reinterpret_cast<const uint4*>(slot + (nin + ju) * rowbytes);
+      bvalid = true;
+    } else {
+      A = reinterpret_cast<const uint4*>(slot + 2 * ju * rowbytes);
+      B = A + cols / 8;
+      bvalid = 2 * unit + 1 < rows;
+    }
+    float a0 = 0.f, a1 = 0.f;
+    for (int32_t c = c0 + lane; c < c1 && !(p.stream_probe & 1); c += 32) {
+      const uint4 x = hv[c];
+      a0 = dot8(A[c], x, a0);
+      a1 = dot8(bvalid ? B[c] : make_uint4(0, 0, 0, 0), x, a1);
+    }
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if (lane == 0) {
+      if (m.ksplit == 1) {
+        emit(o, unit, a0, a1);
+      } else {
+        red[2 * item] = a0;
+        red[2 * item + 1] = a1;
+      }
+    }
+  }
+  for (; passed < nst; ++passed) {
+    stream_wait(p, S, base + passed);
+    stream_release(p, S, base + passed);
+  }
+  n = base + static_cast<uint32_t>(nst);
+  if (m.ksplit > 1) {
+    __syncthreads();
+    for (int32_t unit = threadIdx.x; unit < m.nunits; unit += kThreads) {
+      float a0 = 0.f, a1 = 0.f;
+      for (int32_t ks = 0; ks < m.ksplit; ++ks) {
+        a0 += red[2 * (unit * m.ksplit + ks)];
+        a1 += red[2 * (unit * m.ksplit + ks) + 1];
+      }
+      emit(o, unit, a0, a1);
+    }
+  }
+}
+
 // `stage`: this block's first weight batches copied before the wait (kOptStageWeights) or null.
 // `bc`: kOptBulkStage state (null otherwise): this warp's batch, when armed for this tile, is read from its region
 // after the warp's mbarrier wait; after the warp's first batch the region takes the next matvec tile's batch.
@@ -1327,11 +1631,12 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 // `times`: this tile's kTileTimes timestamps (TILES_TILE_TIMING builds) or null.
 // `ahead`: kOptStageAhead, this matvec tile's batch, already staged by the caller (null otherwise); `ahead_pending`:
 // the next matvec tile's batch was committed after it. `pc`: kOptPollPrefetch's cursor for this tile's wait, or null.
-template <bool kExp>
+// `stream`: kOptStream's state (kStream instantiation, null when the stream does not run).
+template <bool kExp, bool kStream>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
                          unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending,
-                         PollCursor* pc, bool local_merge) {
+                         PollCursor* pc, bool local_merge, const StreamCtx* stream, uint32_t& stream_n) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0) g_tile_times = times;
@@ -1341,8 +1646,11 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   const bool bulk = bc != nullptr && is_matvec;
   uint8_t* stage = ahead;
   if (stage == nullptr) {
-    stage = (p.opt & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec ? smem + L.stage
-                                                                                                   : nullptr;
+    // With kOptStream's bit the layout has no stage (the stream replaces bit 4 even where it cannot run).
+    stage = (p.opt & kOptStageWeights) && !(kStream && (p.opt & kOptStream)) && !bulk && bc == nullptr &&
+                    ring == nullptr && is_matvec
+                ? smem + L.stage
+                : nullptr;
     if (stage != nullptr) stage_first_batch(p, t, stage);
   }
   if (bulk && bc->armed != bc->k) {
@@ -1419,8 +1727,12 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         o.resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
       }
       if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
-      matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
-             bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending);
+      if (kStream && stream != nullptr) {
+        matvec_stream(p, cols, vec, o, red, *stream, stream_n);
+      } else {
+        matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
+               bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending);
+      }
       TILES_MARK(kTimePhase2);
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
@@ -1504,10 +1816,11 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
 
 }  // namespace
 
-// Four instantiations: kRing = the weight-ring path (kOptWeightRing), kAhead = kOptStageAhead, kPoll =
-// kOptPollPrefetch and kOptPrefetchAfterAttn (experiments), each compiled separately so that its code does not
-// change the register allocation of the default path (the kernel is at its 128-register bound; perf-log v7).
-template <bool kRing, bool kAhead, bool kPoll>
+// Five instantiations: kRing = the weight-ring path (kOptWeightRing), kAhead = kOptStageAhead, kPoll =
+// kOptPollPrefetch and kOptPrefetchAfterAttn (experiments), kStream = kOptStream, each compiled separately so that
+// its code does not change the register allocation of the default path (the kernel is at its 128-register bound;
+// perf-log v7).
+template <bool kRing, bool kAhead, bool kPoll, bool kStream>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
   uint8_t* smem = g_smem;
   __shared__ int s_flag;
@@ -1517,7 +1830,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   __shared__ int64_t s_tok;
   const int tid = threadIdx.x;
   const int32_t worker = blockIdx.x;
-  const SmemLayout L = smem_layout(p.h, p.opt);
+  // Only the stream's instantiation sees its bit (the others never run with it): its layout code is dead there.
+  const SmemLayout L =
+      smem_layout(p.h, kStream ? p.opt : (p.opt & ~kOptStream), p.stream_stages, p.stream_stage_bytes);
 
   if (tid == 0) {
     int bad = 0;
@@ -1566,7 +1881,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
   // The weight ring needs the tile records in shared memory (its producer walks them for every batch).
   const bool use_ring = kRing && (p.opt & kOptWeightRing) && plan_local;
-  const bool bulk = (p.opt & kOptBulkStage) != 0 && !use_ring;
+  const bool bulk = (p.opt & kOptBulkStage) != 0 && !use_ring && !(kStream && (p.opt & kOptStream));  // no stage
   // kOptStageAhead: the slot (0/1) of the next staged tile and the index of the tile staged there (-1: none).
   int32_t ahead_slot = 0, ahead_k = -1;
   PollCursor pcur;  // kOptPollPrefetch (thread 0 uses it; every thread computes the same target)
@@ -1585,6 +1900,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     rg.taken = 0u;
   }
   RingCtx* ring = use_ring ? &rg : nullptr;
+  // kOptStream: the host refuses a layout without two stages; a worker whose records are not local streams nothing.
+  const bool use_stream = kStream && (p.opt & kOptStream) && plan_local && L.sstages >= 2;
+  StreamCtx& stc = *reinterpret_cast<StreamCtx*>(smem + L.sslots + L.sstages * sizeof(StreamSlot));
+  uint32_t stream_n = 0u;
+  if (use_stream) {
+    const uint16_t** wtab = reinterpret_cast<const uint16_t**>(smem + L.sslots + L.sstages * sizeof(StreamSlot) + 64);
+    for (int32_t i = tid; i < p.h.num_weights; i += kThreads) wtab[i] = p.weights[i];
+    __syncthreads();  // thread 0 issues the first stages from the table
+    if (tid == 0) {
+      stc.wptr = wtab;
+      stc.ring = smem + L.sring - (smem_addr(smem + L.sring) & 1023u);  // a 1 KB boundary (smem_layout's slack)
+      stc.slots = reinterpret_cast<StreamSlot*>(smem + L.sslots);
+      stc.recs = recs;
+      stc.tbeg = tbeg;
+      stc.tend = tend;
+      stc.ns = L.sstages;
+      stc.sb = L.sstage_bytes;
+    }
+    stream_start(p, stc);  // thread 0 uses stc, then a barrier publishes it
+  }
+  const StreamCtx* stream = use_stream ? &stc : nullptr;
   if (use_ring) {
     if (tid < kWarps * kRingSlots) mbar_init(reinterpret_cast<uint64_t*>(smem + L.bars) + tid, 1u);
     if ((tid & 31) == 0) {
@@ -1643,7 +1979,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     // The first tile's weights stream while this worker learns whether the step runs.
     if (tid < 32 && !use_ring) {
       const int32_t* r0;
-      prefetch_tile(p, tile_k(tbeg, &r0), sc.pos);
+      if (!kStream) {
+        prefetch_tile(p, tile_k(tbeg, &r0), sc.pos);
+      } else {
+        const Tile t0 = tile_k(tbeg, &r0);
+        if (!(use_stream && op_is_matvec(t0.op))) prefetch_tile(p, t0, sc.pos);
+      }
     }
     if (s > 0) {
       // Learn the previous step's token: every worker decides identically whether this step runs.
@@ -1667,6 +2008,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       if (!ok) {
         bulk_consume(p, bc);  // no copy may land in a block that has exited
         if (use_ring) ring_drain(p, rg);
+        if (use_stream) stream_drain(p, stc);
         return;
       }
       if (stop) {
@@ -1700,7 +2042,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         }
       }
       const int32_t ti = __ldg(wtiles + k);  // for error reports only (off the critical path)
-      if (tid < 32 && !use_ring) {
+      if (tid < 32 && !use_ring && !(use_stream && op_is_matvec(t.op))) {
         // Before the tile waits: its own weights (unless the previous tile already asked for them) and, with
         // prefetch_next, the next tile's.
         if (k > tbeg && !p.prefetch_next) prefetch_tile(p, t, sc.pos);
@@ -1779,11 +2121,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         }
         if (pcur.k > k) pc = &pcur;
       }
-      if (!run_tile<kPoll>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, bulk ? &bc : nullptr, ring,
-                           ahead, ahead_pending, pc, local_merge)) {
+      if (!run_tile<kPoll, kStream>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times,
+                                    bulk ? &bc : nullptr, ring, ahead, ahead_pending, pc, local_merge, stream,
+                                    stream_n)) {
         if (kAhead) cp_async_wait_all();  // the next tile's batch may be in flight
         bulk_consume(p, bc);  // no copy may land in a block that has exited
         if (use_ring) ring_drain(p, rg);
+        if (use_stream) stream_drain(p, stc);
         return;
       }
     }
@@ -1791,6 +2135,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 
   // An early end (EOS) leaves the next step's first batches in flight.
   if (use_ring) ring_drain(p, rg);
+  if (use_stream) stream_drain(p, stc);
   // Steps not executed: logits rows NaN, spread over the workers that have tiles (rank among them), tokens -1.
   if (steps_done < p.num_steps) {
     const int32_t W = p.h.num_workers;
@@ -1813,33 +2158,39 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 
 cudaError_t decode_set_smem_limit(int32_t bytes) {
   cudaError_t e =
-      cudaFuncSetAttribute(decode_kernel<false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      cudaFuncSetAttribute(decode_kernel<false, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(decode_kernel<false, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    e = cudaFuncSetAttribute(decode_kernel<false, true, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(decode_kernel<false, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    e = cudaFuncSetAttribute(decode_kernel<false, false, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(decode_kernel<false, false, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             bytes);
   if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(decode_kernel<true, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return cudaFuncSetAttribute(decode_kernel<true, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int n[4] = {0, 0, 0, 0};
+  int n[5] = {0, 0, 0, 0, 0};
   cudaError_t e =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[0], decode_kernel<false, false, false>, kThreads, smem_bytes);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[0], decode_kernel<false, false, false, false>, kThreads, smem_bytes);
   if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[1], decode_kernel<true, false, false>, kThreads, smem_bytes);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[1], decode_kernel<true, false, false, false>, kThreads, smem_bytes);
   if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[2], decode_kernel<false, true, false>, kThreads, smem_bytes);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[2], decode_kernel<false, true, false, false>, kThreads, smem_bytes);
   if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[3], decode_kernel<false, false, true>, kThreads, smem_bytes);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[3], decode_kernel<false, false, true, false>, kThreads, smem_bytes);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[4], decode_kernel<false, false, false, true>, kThreads,
+                                                      smem_bytes);
   *blocks = n[0];
-  for (int i = 1; i < 4; ++i)
+  for (int i = 1; i < 5; ++i)
     if (n[i] < *blocks) *blocks = n[i];
   return e;
 }
 
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
-  const SmemLayout L = smem_layout(p.h, p.opt);
+  const SmemLayout L = smem_layout(p.h, p.opt, p.stream_stages, p.stream_stage_bytes);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.h.num_workers);
   cfg.blockDim = dim3(kThreads);
@@ -1850,11 +2201,12 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false, false>, p);
-  if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true, false>, p);
+  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false, false, false>, p);
+  if (p.opt & kOptStream) return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, true>, p);
+  if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true, false, false>, p);
   if (p.opt & (kOptPollPrefetch | kOptPrefetchAfterAttn))
-    return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, true>, p);
-  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false>, p);
+    return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, true, false>, p);
+  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, false>, p);
 }
 
 }  // namespace cuda

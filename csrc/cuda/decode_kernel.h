@@ -110,7 +110,21 @@ constexpr int32_t kOptLocalMerge = 16384;
 // Compiled into PollPrefetch's instantiation only (new code in the default one made it spill). Measured slower
 // (docs/perf-log.md v16: +5.6% at context 32): the 8 MB burst delays the ATTN -> MERGE chain.
 constexpr int32_t kOptPrefetchAfterAttn = 32768;
-constexpr int32_t kOptAll = 65535;
+// The weight stream: one block-wide ring of sstages x sstage_bytes (32 KB) in shared memory, filled by 1-D bulk
+// copies (TMA engine) of whole row groups, in the order the worker's matvec tiles read them, across tiles, stages
+// and steps; a slot is refilled by whichever warp releases it last, so the ring refills as fast as the arithmetic
+// frees it and fills up (then idles) while the block waits on a dependency: the next tiles' weights land during
+// every hand-off, up to the ring's depth (~4 us of this SM's share of the bandwidth at 128 KB). The arithmetic
+// reads each row's chunks in the same per-lane order as the plain loads: bit-identical. Replaces 4, 128, 1024, 2048
+// and the matvec L2 prefetch. Needs the plan records in shared memory (16). TILES_STREAM_STAGES sets the ring's
+// depth (2..kStreamMaxStages; 0 = kStreamDefaultStages, fewer where they do not fit). Its own instantiation.
+// Why again after v6's per-warp ring lost: that ring moved 2 KB per copy and kept 128 KB in flight per warp group;
+// this one moves 32 KB per copy, block-wide (the reference stream of 16-64 KB copies reads 4.54 TB/s).
+constexpr int32_t kOptStream = 65536;
+constexpr int32_t kOptAll = 131071;
+constexpr int32_t kStreamMinStageBytes = 32 * 1024;
+constexpr int32_t kStreamMaxStages = 8;
+constexpr int32_t kStreamDefaultStages = 4;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 // 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
@@ -155,6 +169,13 @@ struct KernelParams {
   int32_t ring_slots;         // kOptWeightRing: batches per warp in flight or landed, 2..kRingSlots (bytes in flight)
   int32_t poll_piece;         // kOptPollPrefetch: bytes per matrix prefetched per unsuccessful poll
   int32_t poll_cap;           // kOptPollPrefetch: bytes per matrix and GATEUP tile at most
+  int32_t stream_stages;      // kOptStream: ring stages asked for (0 = kStreamDefaultStages); smem_layout decides
+  int32_t stream_stage_bytes; // kOptStream: stage size asked for (0 = the minimum: 32 KB or two rows of the widest)
+  int32_t stream_probe;       // kOptStream timing probes (TILES_STREAM_PROBE): 1 = no arithmetic (wrong results),
+                              // 2 = lane 0 alone waits for a stage, 4 = copies with an L2 evict_first hint,
+                              // 8 = stage waits without the timeout (a bare try_wait loop), 16 = weight pointers
+                              // from the kernel parameters (not the shared-memory copy)
+  int32_t stream_piece;       // kOptStream: bytes per bulk copy (TILES_STREAM_PIECE; 0 = one copy per stage part)
   // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): kTileTimes %globaltimer values
   // at [((step * num_workers + worker) * tile_times_stride + k) * kTileTimes + i] for the worker's k-th tile (i:
   // kTime*). Null (and ignored) in the product build.
@@ -185,6 +206,10 @@ struct SmemLayout {
   int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
   int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; kOptWeightRing: one per slot; else empty
   int32_t rcur;     // kOptWeightRing: two cursors per warp (ring, L2 look-ahead) [kWarps][2][kRingCurWords]
+  int32_t sring;    // kOptStream: the ring [sstages][sstage_bytes], then StreamSlot records [sstages]
+  int32_t sslots;
+  int32_t sstages;  // 0 when the stream is off or fewer than two stages fit
+  int32_t sstage_bytes;
   int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
   int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
   int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
@@ -204,7 +229,8 @@ inline bool stage_ahead(int32_t opt) {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline SmemLayout smem_layout(const Header& h, int32_t opt) {
+inline SmemLayout smem_layout(const Header& h, int32_t opt, int32_t stream_stages = 0,
+                              int32_t stream_stage_bytes = 0) {
   auto up16 = [](int32_t x) { return (x + 15) / 16 * 16; };
   SmemLayout s;
   const int32_t G = h.num_heads / h.num_kv_heads, hd = h.head_dim;
@@ -238,10 +264,33 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   s.rsd = o; o += up16(h.hidden * 4);
   // The weight ring's slots take the place of the stage (128 KB; 4, 128 and 256 are off with it).
   const bool ring = (opt & kOptWeightRing) != 0;
-  const bool ahead = stage_ahead(opt);
+  const bool stream = (opt & kOptStream) != 0 && !ring;  // replaces the stage (4, 128, 2048); the ring wins
+  const bool ahead = stage_ahead(opt) && !stream;
   s.stage = o;
-  o += ring ? kWarps * kRingSlots * kRingSlotBytes
-            : (opt & (kOptStageWeights | kOptBulkStage)) ? (ahead ? 2 : 1) * kWarps * kStageBytesPerWarp : 0;
+  o += ring     ? kWarps * kRingSlots * kRingSlotBytes
+       : stream ? 0
+                : (opt & (kOptStageWeights | kOptBulkStage)) ? (ahead ? 2 : 1) * kWarps * kStageBytesPerWarp : 0;
+  // The stream's ring: a stage holds whole units (two rows, or a gate and an up row), so a stage is
+  // two rows of the widest matrix at least (2 x 2 bytes x max_in).
+  s.sring = s.sslots = o;
+  s.sstages = 0;
+  s.sstage_bytes = up16(4 * max_in) > kStreamMinStageBytes ? up16(4 * max_in) : kStreamMinStageBytes;
+  if (up16(stream_stage_bytes) > up16(4 * max_in)) s.sstage_bytes = up16(stream_stage_bytes);
+  else if (stream_stage_bytes > 0) s.sstage_bytes = up16(4 * max_in);
+  if (stream) {
+    constexpr int32_t kSlotRec = 64;  // sizeof(StreamSlot), decode_kernel.cu
+    int32_t want = stream_stages > 0 ? stream_stages : kStreamDefaultStages;
+    if (want > kStreamMaxStages) want = kStreamMaxStages;
+    int32_t fit = (kMaxSmemPerBlock - o - 1024 - 64 - up16(h.num_weights * 8)) / (s.sstage_bytes + kSlotRec);
+    s.sstages = want < fit ? want : fit;
+    if (s.sstages < 2) s.sstages = 0;
+    // The kernel starts the ring at the next 1 KB boundary of the shared window (bulk copies into 16-byte aligned
+    // but not 128-byte aligned destinations were the first suspect for v19's slow stream).
+    s.sring = o + 1024;
+    o += s.sstages ? 1024 + s.sstages * s.sstage_bytes : 0;
+    s.sslots = o;
+    o += s.sstages * kSlotRec + 64 + up16(h.num_weights * 8);  // then the StreamCtx and the weight pointers
+  }
   s.bars = o; o += ring ? up16(kWarps * kRingSlots * 8) : ((opt & kOptBulkStage) ? up16(kWarps * 8) : 0);
   s.rcur = o; o += ring ? kWarps * 2 * kRingCurWords * 4 : 0;
   // kOptAttnDoubleBuffer's second K/V chunk. With bit 4 (and neither 128 nor the ring) it reuses the weight stage:
@@ -251,7 +300,7 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt) {
   const int32_t kv2 = up16(s.chunk * (hd + 8) * 2) + up16(s.chunk * hd * 2);
   s.kbuf2 = s.vbuf2 = -1;
   if (opt & kOptAttnDoubleBuffer) {
-    if ((opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing)) && !ahead &&
+    if ((opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing | kOptStream)) && !ahead &&
         kv2 <= kWarps * kStageBytesPerWarp) {
       s.kbuf2 = s.stage;
     } else if (o + kv2 <= kMaxSmemPerBlock) {

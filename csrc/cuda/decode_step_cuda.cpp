@@ -226,7 +226,28 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   const int64_t opt = env_int("TILES_KERNEL_OPT", cuda::kOptDefault);
   TORCH_CHECK(opt >= 0 && (opt & ~int64_t(cuda::kOptAll)) == 0, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
               " has bits outside ", cuda::kOptAll, " (bitmask of the kernel's latency options, decode_kernel.h)");
-  const int32_t smem_bytes = cuda::smem_layout(h, static_cast<int32_t>(opt)).total;
+  int32_t stream_stages = 0, stream_stage_bytes = 0, stream_probe = 0, stream_piece = 0;
+  if (opt & cuda::kOptStream) {  // read only when the stream runs
+    const int64_t v = env_int("TILES_STREAM_STAGES", 0);
+    TORCH_CHECK(v >= 0 && v <= cuda::kStreamMaxStages, "tiles::decode_step (CUDA): TILES_STREAM_STAGES=", v,
+                " outside 0..", cuda::kStreamMaxStages, " (0 = ", cuda::kStreamDefaultStages, " or as many as fit)");
+    stream_stages = static_cast<int32_t>(v);
+    const int64_t b = env_int("TILES_STREAM_STAGE_BYTES", 0);
+    TORCH_CHECK(b >= 0 && b <= 192 * 1024, "tiles::decode_step (CUDA): TILES_STREAM_STAGE_BYTES=", b,
+                " outside 0..196608");
+    stream_stage_bytes = static_cast<int32_t>(b);
+    stream_probe = static_cast<int32_t>(env_int("TILES_STREAM_PROBE", 0));
+    stream_piece = static_cast<int32_t>(env_int("TILES_STREAM_PIECE", 0));
+    TORCH_CHECK(stream_piece >= 0 && stream_piece % 16 == 0, "tiles::decode_step (CUDA): TILES_STREAM_PIECE=",
+                stream_piece, " must be a multiple of 16 (bytes per bulk copy)");
+  }
+  const cuda::SmemLayout layout =
+      cuda::smem_layout(h, static_cast<int32_t>(opt), stream_stages, stream_stage_bytes);
+  const int32_t smem_bytes = layout.total;
+  TORCH_CHECK(!(opt & cuda::kOptStream) || (opt & cuda::kOptWeightRing) || layout.sstages >= 2,
+              "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt, " asks for the weight stream, but fewer than two ",
+              layout.sstage_bytes, "-byte stages fit in shared memory beside this model's other buffers "
+              "(decode_kernel.h smem_layout); leave out bit ", cuda::kOptStream);
   // Checked before the attribute call, whose own failure ("invalid argument") would not say why.
   TORCH_CHECK(smem_bytes <= cuda::kMaxSmemPerBlock, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
               " needs ", smem_bytes, " bytes of shared memory per worker block for this model, more than the ",
@@ -281,6 +302,11 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
     p.poll_piece = static_cast<int32_t>(piece);
     p.poll_cap = static_cast<int32_t>(cap);
   }
+  p.stream_stages = stream_stages;
+  p.stream_stage_bytes = stream_stage_bytes;
+  p.stream_probe = stream_probe;
+  p.stream_piece = stream_piece;
+  if (opt & cuda::kOptStream) p.prefetch_bytes = 0;  // the stream moves every matvec tile's weights itself
   p.opt = static_cast<int32_t>(opt);
   for (int64_t i = 0; i < h.num_weights; ++i) {
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
