@@ -8,6 +8,11 @@
 // is free (CUTLASS's pattern); 1 = the decode kernel's protocol: all 16 warps consume, the 16th release (a shared
 // atomic) issues the refill; 2 = plain 16-byte ld.global.nc loads, 8 per lane in flight (the default kernel's path).
 // Consumers either only wait (read 0) or also read their share of each stage from shared memory (read 1).
+// Mode 3 = mode 1 with the decode kernel's LM-head consumption (matvec_stream): units of two 4 KB rows, a warp takes
+// whole units (items w, w + 16, ...), dot products against an x vector in shared memory, warp sums; its variants add
+// what the kernel has and the plain probe has not: other shared memory before the ring (pad), a cooperative launch,
+// fences around the release, generic stage reads, a generic (not shared-space) release atomic.
+// Results (H200, session 5): docs/perf-log.md v19.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,7 +66,8 @@ struct Cfg {
   int pad;    // bytes of dynamic shared memory before the ring (the decode kernel's other buffers)
   int coop;   // cooperative launch
   int fence;  // mode 3: __threadfence_block around each release (the decode kernel's stream_release)
-  int gen;    // mode 3: stage reads through a generic pointer (the decode kernel's are)
+  int gen;    // mode 3: stage reads through a generic pointer (v19's first decode kernel version's were)
+  int gatom;  // mode 3: the release counter through a generic pointer: a generic GPU-scope ATOM, not ATOMS (ditto)
 };
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
@@ -165,7 +171,9 @@ __global__ void __launch_bounds__(512, 1) stream_kernel(const uint8_t* base, siz
       __syncwarp();
       if (lane == 0) {
         if (c.fence) __threadfence_block();
-        const uint32_t old = atomicAdd(released + s, 1u);
+        uint32_t* rel = released + s;
+        if (c.gatom) asm volatile("mov.b64 %0, %0;" : "+l"(rel));  // the compiler no longer knows it is shared
+        const uint32_t old = atomicAdd(rel, 1u);
         if (c.fence) __threadfence_block();
         if (old % 16 == 15 && m + c.stages < nst)
           issue(c, src_of(base, per_block, nst, m + c.stages, c.sb, c.interleave), slots + size_t(s) * c.sb,
@@ -239,6 +247,7 @@ int main() {
   CK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 222 * 1024));
   // Rows measured on the H200 (docs/perf-log.md v19): every TMA row 4.47-4.57 TB/s, plain loads 4.42-4.54.
   std::vector<Cfg> cfgs = {
+      {3, 4, 32768, 32768, 1, 0, 0, 1, 0, 0, 0, 0, 1},       {3, 4, 32768, 32768, 1, 0, 0, 1, 80 * 1024, 1, 1, 1, 1},
       {3, 4, 32768, 32768, 1, 0, 0, 1, 80 * 1024, 0, 0, 0},  {3, 4, 32768, 32768, 1, 0, 0, 1, 0, 1, 0, 0},
       {3, 4, 32768, 32768, 1, 0, 0, 1, 0, 0, 1, 0},          {3, 4, 32768, 32768, 1, 0, 0, 1, 0, 0, 0, 1},
       {3, 4, 32768, 32768, 1, 0, 0, 1, 80 * 1024, 1, 1, 1},  {3, 2, 32768, 32768, 1, 0, 0, 1, 80 * 1024, 1, 1, 1},
@@ -250,7 +259,7 @@ int main() {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  printf("mode stages stage_KB piece_KB read evict interleave split pad_KB coop fence gen   TB/s   ms\n");
+  printf("mode stages stage_KB piece_KB read evict interleave split pad_KB coop fence gen gatom   TB/s   ms\n");
   for (const Cfg& c : cfgs) {
     const int smem = c.mode == 2 ? 0 : c.pad + c.stages * c.sb + c.stages * 16 + c.stages * 4;
     float best = 1e9f;
@@ -269,8 +278,8 @@ int main() {
       CK(cudaEventElapsedTime(&ms, e0, e1));
       if (r > 0 && ms < best) best = ms;
     }
-    printf("%4d %6d %8d %8d %4d %5d %10d %5d %6d %4d %5d %3d %6.3f %6.3f\n", c.mode, c.stages, c.sb / 1024,
-           c.piece / 1024, c.read, c.evict, c.interleave, c.split, c.pad / 1024, c.coop, c.fence, c.gen,
+    printf("%4d %6d %8d %8d %4d %5d %10d %5d %6d %4d %5d %3d %5d %6.3f %6.3f\n", c.mode, c.stages, c.sb / 1024,
+           c.piece / 1024, c.read, c.evict, c.interleave, c.split, c.pad / 1024, c.coop, c.fence, c.gen, c.gatom,
            bytes / (best * 1e-3) / 1e12, best);
   }
   return 0;

@@ -920,19 +920,33 @@ struct StreamSlot {
 };
 static_assert(sizeof(StreamSlot) == 64, "smem_layout sizes StreamSlot as 64 bytes");
 
-// Lives in shared memory after the slots (written once at launch start): a local struct whose address the kernel
-// passes around ends up in local memory, and with ~210 KB of shared memory the L1 left for it is small, so its
-// reads in the stage loop became L2 round trips (v19's first, slow version). The block's stage count consumed so far
-// is a register of each thread (every thread holds the same value).
+// Lives in shared memory after the slots (written once at launch start; a local struct whose address the kernel
+// passes around would live in local memory). It holds byte OFFSETS into the block's shared memory, not pointers:
+// a pointer loaded from memory is generic to the compiler, and v19's measured version (pointers) compiled the
+// release's atomicAdd to a generic GPU-scope ATOM and every slot access to generic LD/ST; addresses formed from
+// g_smem compile to ATOMS / LDS / STS. The block's stage count consumed so far is a register of each thread.
 struct StreamCtx {
-  uint8_t* ring;
-  StreamSlot* slots;
-  const int32_t* recs;
-  const uint16_t* const* wptr;  // the weight pointers, copied to shared memory after this struct (a dynamically
-                                // indexed kernel parameter is a constant-cache load that may miss)
+  int32_t ring;   // the ring (1 KB aligned): stage slot i at ring + i * sb
+  int32_t slots;  // StreamSlot[ns]
+  int32_t recs;   // the worker's tile records (kOptPlanSmem)
+  int32_t wptr;   // the weight pointers [num_weights] (a dynamically indexed kernel parameter is a constant-cache
+                  // load that may miss)
   int32_t tbeg, tend, ns, sb;
 };
 static_assert(sizeof(StreamCtx) <= 64, "smem_layout reserves 64 bytes for the StreamCtx");
+
+__device__ __forceinline__ StreamSlot& stream_slot(const StreamCtx& S, int32_t i) {
+  return reinterpret_cast<StreamSlot*>(g_smem + S.slots)[i];
+}
+__device__ __forceinline__ uint8_t* stream_stage(const StreamCtx& S, uint32_t i) {
+  return g_smem + S.ring + i * static_cast<uint32_t>(S.sb);
+}
+__device__ __forceinline__ const int32_t* stream_rec(const StreamCtx& S, int32_t k) {
+  return reinterpret_cast<const int32_t*>(g_smem + S.recs) + (k - S.tbeg) * kPlanRecWords;
+}
+__device__ __forceinline__ const uint16_t* stream_wptr(const StreamCtx& S, int32_t w) {
+  return reinterpret_cast<const uint16_t* const*>(g_smem + S.wptr)[w];
+}
 
 // Units per stage and stage count of a matvec tile (from its local record). Identical for producer and consumer.
 __device__ __forceinline__ int32_t stream_ups(int32_t cols, int32_t sb) { return sb / (4 * cols); }
@@ -955,7 +969,7 @@ __device__ void stream_next(const KernelParams& p, const StreamCtx& S, int32_t& 
       k = S.tbeg;
       ++s;
     }
-    nst = stream_nst(p, S.recs + (k - S.tbeg) * kPlanRecWords, S.sb);
+    nst = stream_nst(p, stream_rec(S, k), S.sb);
     if (nst > 0) return;
   }
   s = p.num_steps;  // the worker has no matvec tile at all
@@ -965,10 +979,10 @@ __device__ void stream_next(const KernelParams& p, const StreamCtx& S, int32_t& 
 // stage for the slot) and moves the cursor ns stages on. Runs right after the slot's previous fill is issued, so
 // the walk is off the path from a release to the copy.
 __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_t slot) {
-  StreamSlot& q = S.slots[slot];
+  StreamSlot& q = stream_slot(S, slot);
   q.bytes = 0u;
   if (q.s >= p.num_steps) return;
-  const int32_t* rec = S.recs + (q.k - S.tbeg) * kPlanRecWords;
+  const int32_t* rec = stream_rec(S, q.k);
   const Tile t = load_tile_rec(rec);
   const int64_t cols = weight_cols(p, t.weight);
   const int32_t ups = stream_ups(static_cast<int32_t>(cols), S.sb);
@@ -980,13 +994,13 @@ __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_
     const int32_t rows = t.row_end - t.row_begin;
     const int32_t n = rows - u0 < ups ? rows - u0 : ups;
     const bool par = (p.stream_probe & 16) != 0;
-    src = (par ? p.weights[t.weight] : S.wptr[t.weight]) + (int64_t(t.row_begin) + u0) * cols;
-    src2 = (par ? p.weights[t.weight2] : S.wptr[t.weight2]) + (int64_t(t.row_begin) + u0) * cols;
+    src = (par ? p.weights[t.weight] : stream_wptr(S, t.weight)) + (int64_t(t.row_begin) + u0) * cols;
+    src2 = (par ? p.weights[t.weight2] : stream_wptr(S, t.weight2)) + (int64_t(t.row_begin) + u0) * cols;
     bytes = static_cast<uint32_t>(n * cols * 2);
   } else {
     const int32_t r0 = t.row_begin + 2 * u0;
     const int32_t r1 = r0 + 2 * ups < t.row_end ? r0 + 2 * ups : t.row_end;
-    src = ((p.stream_probe & 16) ? p.weights[t.weight] : S.wptr[t.weight]) + int64_t(r0) * cols;
+    src = ((p.stream_probe & 16) ? p.weights[t.weight] : stream_wptr(S, t.weight)) + int64_t(r0) * cols;
     bytes = static_cast<uint32_t>((r1 - r0) * cols * 2);
   }
   int32_t s = q.s, k = q.k, st = q.st, nst = q.nst;
@@ -1003,12 +1017,12 @@ __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_
 // One lane: issues the slot's prepared fill (if any), then prepares the next one (stream_release says why the next
 // issuing lane sees it).
 __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t slot) {
-  StreamSlot& q = S.slots[slot];
+  StreamSlot& q = stream_slot(S, slot);
   const uint32_t bytes = q.bytes;
   if (bytes == 0u) return;
   const uint16_t* src = q.src;
   const uint16_t* src2 = q.src2;
-  uint8_t* dst = S.ring + int64_t(slot) * S.sb;
+  uint8_t* dst = stream_stage(S, static_cast<uint32_t>(slot));
   ++q.fills;
   mbar_arrive_expect_tx(&q.full, src2 != nullptr ? 2u * bytes : bytes);
   const uint32_t piece = p.stream_piece > 0 ? static_cast<uint32_t>(p.stream_piece) : bytes;
@@ -1034,7 +1048,7 @@ __device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
     int32_t s = 0, k = S.tbeg - 1, st = 0, nst = 0;
     stream_next(p, S, s, k, st, nst);
     for (int32_t i = 0; i < S.ns; ++i) {
-      StreamSlot& q = S.slots[i];
+      StreamSlot& q = stream_slot(S, i);
       q.s = s;
       q.k = k;
       q.st = st;
@@ -1057,10 +1071,10 @@ __device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
 __device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S, uint32_t m) {
   const uint32_t slot = m % static_cast<uint32_t>(S.ns);
   const uint32_t parity = (m / static_cast<uint32_t>(S.ns)) & 1u;
-  uint64_t* bar = &S.slots[slot].full;
+  uint64_t* bar = &stream_slot(S, static_cast<int32_t>(slot)).full;
   if ((p.stream_probe & 2) && (threadIdx.x & 31) != 0) {
     __syncwarp();
-    return S.ring + int64_t(slot) * S.sb;
+    return stream_stage(S, slot);
   }
   if (p.stream_probe & 8) {
     while (!mbar_try_wait(bar, parity)) {
@@ -1079,7 +1093,7 @@ __device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S,
     }
   }
   if (p.stream_probe & 2) __syncwarp();
-  return S.ring + int64_t(slot) * S.sb;
+  return stream_stage(S, slot);
 }
 
 // Warp-level, after the warp's last read of stage m (the values are consumed by the arithmetic): the kWarps-th
@@ -1093,7 +1107,7 @@ __device__ __forceinline__ void stream_release(const KernelParams& p, const Stre
     // releases before the issuing lane's reads: every warp releases a fill after the lane that issued it, so the
     // kWarps-th release sees the fill that lane prepared.
     __threadfence_block();
-    const uint32_t old = atomicAdd(&S.slots[slot].released, 1u);
+    const uint32_t old = atomicAdd(&stream_slot(S, slot).released, 1u);
     if (old % kWarps == kWarps - 1) {
       __threadfence_block();
       stream_issue(p, S, slot);
@@ -1105,8 +1119,8 @@ __device__ __forceinline__ void stream_release(const KernelParams& p, const Stre
 // that has exited). The callers have passed a block barrier, so no release is racing.
 __device__ void stream_drain(const KernelParams& p, const StreamCtx& S) {
   if (threadIdx.x < S.ns) {
-    const uint32_t f = S.slots[threadIdx.x].fills;
-    uint64_t* bar = &S.slots[threadIdx.x].full;
+    const uint32_t f = stream_slot(S, threadIdx.x).fills;
+    uint64_t* bar = &stream_slot(S, threadIdx.x).full;
     if (f > 0u) {
       const uint64_t t0 = global_ns();
       while (!mbar_try_wait(bar, (f - 1u) & 1u)) {
@@ -1909,10 +1923,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     for (int32_t i = tid; i < p.h.num_weights; i += kThreads) wtab[i] = p.weights[i];
     __syncthreads();  // thread 0 issues the first stages from the table
     if (tid == 0) {
-      stc.wptr = wtab;
-      stc.ring = smem + L.sring - (smem_addr(smem + L.sring) & 1023u);  // a 1 KB boundary (smem_layout's slack)
-      stc.slots = reinterpret_cast<StreamSlot*>(smem + L.sslots);
-      stc.recs = recs;
+      stc.wptr = static_cast<int32_t>(reinterpret_cast<uint8_t*>(wtab) - smem);
+      // A 1 KB boundary of the shared window (smem_layout's slack).
+      stc.ring = L.sring - static_cast<int32_t>(smem_addr(smem + L.sring) & 1023u);
+      stc.slots = L.sslots;
+      stc.recs = L.prec;
       stc.tbeg = tbeg;
       stc.tend = tend;
       stc.ns = L.sstages;
