@@ -111,6 +111,11 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
                : "memory");
 }
 
+// A plain arrival (release semantics at CTA scope): kOptStream's second arrival on a fill, after its preparation.
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   uint32_t ok;
   asm volatile(
@@ -908,7 +913,8 @@ __device__ void ring_drain(const KernelParams& p, RingCtx& r) {
 // refills the slot with stage m + ns (the releasing lane issues it). So nothing but the ring's depth throttles the
 // stream: while the block waits on a counter, the ring fills up with the next tiles' weights.
 struct StreamSlot {
-  uint64_t full;      // mbarrier, count 1: the issuing lane's arrive.expect_tx, then the copies' bytes
+  uint64_t full;      // mbarrier, count 2: the issuing lane's arrive.expect_tx and, once it has prepared the slot's
+                      // next fill, its plain arrive (release); and the copies' bytes
   int32_t s, k;       // the stage after the prepared one: step, worker-local tile index,
   int32_t st, nst;    // stage within that tile, the tile's stage count
   uint32_t released;  // warp releases over all fills (every kWarps-th frees the slot)
@@ -1014,8 +1020,10 @@ __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_
   q.bytes = bytes;
 }
 
-// One lane: issues the slot's prepared fill (if any), then prepares the next one (stream_release says why the next
-// issuing lane sees it).
+// One lane: issues the slot's prepared fill (if any), prepares the next one, then arrives a second time. The fill's
+// phase completes only after that arrival (release), and every warp waits for the phase (acquire) before it
+// releases the fill, so the lane that issues the next fill reads the prepared fields. The preparation stays off the
+// path from a release to the copy, and no fence is needed (a fence.sc after a global store may wait for it).
 __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t slot) {
   StreamSlot& q = stream_slot(S, slot);
   const uint32_t bytes = q.bytes;
@@ -1039,6 +1047,7 @@ __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t 
     }
   }
   stream_prepare(p, S, slot);
+  mbar_arrive(&q.full);
 }
 
 // All threads, at kernel start (the plan records are in shared memory): slot i takes stage i, and the first ns
@@ -1055,7 +1064,7 @@ __device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
       q.nst = nst;
       q.released = 0u;
       q.fills = 0u;
-      mbar_init(&q.full, 1u);
+      mbar_init(&q.full, 2u);
       stream_next(p, S, s, k, st, nst);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1103,15 +1112,10 @@ __device__ __forceinline__ void stream_release(const KernelParams& p, const Stre
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {
     const int32_t slot = static_cast<int32_t>(m % static_cast<uint32_t>(S.ns));
-    // The fences order this lane's earlier writes (a fill it prepared after issuing) before its release, and the
-    // releases before the issuing lane's reads: every warp releases a fill after the lane that issued it, so the
-    // kWarps-th release sees the fill that lane prepared.
-    __threadfence_block();
+    // The kWarps-th release issues the next fill, prepared by the lane that issued this one (stream_issue says why
+    // it is visible here).
     const uint32_t old = atomicAdd(&stream_slot(S, slot).released, 1u);
-    if (old % kWarps == kWarps - 1) {
-      __threadfence_block();
-      stream_issue(p, S, slot);
-    }
+    if (old % kWarps == kWarps - 1) stream_issue(p, S, slot);
   }
 }
 
