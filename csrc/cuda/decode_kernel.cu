@@ -1664,9 +1664,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   const bool bulk = bc != nullptr && is_matvec;
   uint8_t* stage = ahead;
   if (stage == nullptr) {
-    // With kOptStream's bit the layout has no stage (the stream replaces bit 4 even where it cannot run).
-    stage = (p.opt & kOptStageWeights) && !(kStream && (p.opt & kOptStream)) && !bulk && bc == nullptr &&
-                    ring == nullptr && is_matvec
+    // The stream's instantiation (run only with bit 65536, whose layout has no stage) never stages: compile-time
+    // dead code there, which keeps its register allocation free of spills.
+    stage = !kStream && (p.opt & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec
                 ? smem + L.stage
                 : nullptr;
     if (stage != nullptr) stage_first_batch(p, t, stage);
@@ -1899,7 +1899,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
   // The weight ring needs the tile records in shared memory (its producer walks them for every batch).
   const bool use_ring = kRing && (p.opt & kOptWeightRing) && plan_local;
-  const bool bulk = (p.opt & kOptBulkStage) != 0 && !use_ring && !(kStream && (p.opt & kOptStream));  // no stage
+  // No stage with the stream (its instantiation runs only with bit 65536: compile-time dead code there).
+  const bool bulk = !kStream && (p.opt & kOptBulkStage) != 0 && !use_ring;
   // kOptStageAhead: the slot (0/1) of the next staged tile and the index of the tile staged there (-1: none).
   int32_t ahead_slot = 0, ahead_k = -1;
   PollCursor pcur;  // kOptPollPrefetch (thread 0 uses it; every thread computes the same target)
