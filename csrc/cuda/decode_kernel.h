@@ -120,11 +120,15 @@ constexpr int32_t kOptPrefetchAfterAttn = 32768;
 // depth (2..kStreamMaxStages; 0 = kStreamDefaultStages, fewer where they do not fit). Its own instantiation.
 // Why again after v6's per-warp ring lost: that ring moved 2 KB per copy and kept 128 KB in flight per warp group;
 // this one moves 32 KB per copy, block-wide (the reference stream of 16-64 KB copies reads 4.54 TB/s).
+// Measured 45% slower in session 5 (docs/perf-log.md v19: the LM head streamed at 2.97 TB/s where the standalone
+// probe of the same protocol reads 4.5); three suspected causes found in the SASS are removed, not yet re-measured.
 constexpr int32_t kOptStream = 65536;
 constexpr int32_t kOptAll = 131071;
 constexpr int32_t kStreamMinStageBytes = 32 * 1024;
 constexpr int32_t kStreamMaxStages = 8;
-constexpr int32_t kStreamDefaultStages = 4;
+// 3 x 32 KB: the best depth in two of session 5's calls (1.36 against 1.38 / 1.42 for 2 / 4 stages), and on
+// Llama-1B it leaves room for the attention double buffer (kOptAttnDoubleBuffer), which 4 stages do not.
+constexpr int32_t kStreamDefaultStages = 3;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 // 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
