@@ -599,6 +599,20 @@ __device__ __forceinline__ MatvecItem matvec_item(const MatvecShape& m, const ui
   return it;
 }
 
+// With a k-split, the block adds each unit's slices in slice order (fixed, so bit-identical) and emits the rows.
+__device__ __forceinline__ void ksplit_sum(const MatvecShape& m, const float* red, const MatvecOut& o) {
+  if (m.ksplit <= 1) return;
+  __syncthreads();
+  for (int32_t unit = threadIdx.x; unit < m.nunits; unit += kThreads) {
+    float a0 = 0.f, a1 = 0.f;
+    for (int32_t ks = 0; ks < m.ksplit; ++ks) {
+      a0 += red[2 * (unit * m.ksplit + ks)];
+      a1 += red[2 * (unit * m.ksplit + ks) + 1];
+    }
+    emit(o, unit, a0, a1);
+  }
+}
+
 // kOptStageWeights: before the tile waits, each warp copies the first batch of its first item into its stage
 // (cp.async, asynchronous): weights never depend on activations, so they stream while the inputs are produced.
 // Each lane later reads back exactly the 16-byte chunks it copied itself (no cross-lane hand-off).
@@ -854,27 +868,31 @@ __device__ __forceinline__ void ring_fill_lane0(const KernelParams& p, const int
   }
 }
 
+// Bounded wait for an mbarrier phase of bulk copies (the weight ring's batches, the stream's stages). A copy that
+// never lands is reported as a wait timeout on `counter` (-3: the ring, -4: the stream) with `what` (the batch or
+// stage) and the parity; the wait then stops: the result is garbage, but the launch reports the error instead of
+// returning it.
+__device__ void wait_copy_phase(const KernelParams& p, uint64_t* bar, uint32_t parity, int32_t counter,
+                                uint32_t what) {
+  if (mbar_try_wait(bar, parity)) return;
+  const uint64_t t0 = global_ns();
+  for (uint32_t iter = 1; !mbar_try_wait(bar, parity); ++iter) {
+    if ((iter & 15u) != 0u) continue;
+    const uint64_t dt = global_ns() - t0;
+    if (dt > p.timeout_ns) {
+      raise_error(p, kErrorWaitTimeout, blockIdx.x, -1, -1, counter, what, parity);
+      return;
+    }
+    // After an error anywhere (perhaps this timeout, raised by another warp), a copy still missing after 1 ms will
+    // not land: stop waiting so that the exit paths do not wait once per outstanding copy.
+    if (dt > 1000000ull && ld_relaxed(p.state + kStateError) != 0u) return;
+  }
+}
+
 // Warp-level: waits (bounded) until batch taken + j has landed; returns its slot.
 __device__ const uint8_t* ring_wait(const KernelParams& p, const RingCtx& r, uint32_t j) {
   const uint32_t n = r.taken + j;
-  uint64_t* bar = r.bars + n % kRingSlots;
-  const uint32_t parity = (n / kRingSlots) & 1u;
-  if (!mbar_try_wait(bar, parity)) {
-    const uint64_t t0 = global_ns();
-    for (uint32_t iter = 1; !mbar_try_wait(bar, parity); ++iter) {
-      if ((iter & 15u) != 0u) continue;
-      const uint64_t dt = global_ns() - t0;
-      if (dt > p.timeout_ns) {
-        // A batch that never lands: report it (counter -3: the weight ring), stop waiting; the result is garbage
-        // but the launch reports the error instead of returning it.
-        raise_error(p, kErrorWaitTimeout, blockIdx.x, -1, -1, -3, n, parity);
-        break;
-      }
-      // After an error anywhere (perhaps this timeout, raised by another warp), a copy still missing after 1 ms
-      // will not land: stop waiting so that the exit paths do not wait once per outstanding batch.
-      if (dt > 1000000ull && ld_relaxed(p.state + kStateError) != 0u) break;
-    }
-  }
+  wait_copy_phase(p, r.bars + n % kRingSlots, (n / kRingSlots) & 1u, -3, n);
   return r.slots + (n % kRingSlots) * kRingSlotBytes;
 }
 
@@ -1080,28 +1098,7 @@ __device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
 __device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S, uint32_t m) {
   const uint32_t slot = m % static_cast<uint32_t>(S.ns);
   const uint32_t parity = (m / static_cast<uint32_t>(S.ns)) & 1u;
-  uint64_t* bar = &stream_slot(S, static_cast<int32_t>(slot)).full;
-  if ((p.stream_probe & 2) && (threadIdx.x & 31) != 0) {
-    __syncwarp();
-    return stream_stage(S, slot);
-  }
-  if (p.stream_probe & 8) {
-    while (!mbar_try_wait(bar, parity)) {
-    }
-  } else if (!mbar_try_wait(bar, parity)) {
-    const uint64_t t0 = global_ns();
-    for (uint32_t iter = 1; !mbar_try_wait(bar, parity); ++iter) {
-      if ((iter & 15u) != 0u) continue;
-      const uint64_t dt = global_ns() - t0;
-      if (dt > p.timeout_ns) {
-        // A stage that never lands: report it (counter -4: the weight stream); the launch reports the error.
-        raise_error(p, kErrorWaitTimeout, blockIdx.x, -1, -1, -4, m, parity);
-        break;
-      }
-      if (dt > 1000000ull && ld_relaxed(p.state + kStateError) != 0u) break;
-    }
-  }
-  if (p.stream_probe & 2) __syncwarp();
+  wait_copy_phase(p, &stream_slot(S, static_cast<int32_t>(slot)).full, parity, -4, m);
   return stream_stage(S, slot);
 }
 
@@ -1195,17 +1192,7 @@ __device__ void matvec_stream(const KernelParams& p, int32_t cols, const uint16_
     stream_release(p, S, base + passed);
   }
   n = base + static_cast<uint32_t>(nst);
-  if (m.ksplit > 1) {
-    __syncthreads();
-    for (int32_t unit = threadIdx.x; unit < m.nunits; unit += kThreads) {
-      float a0 = 0.f, a1 = 0.f;
-      for (int32_t ks = 0; ks < m.ksplit; ++ks) {
-        a0 += red[2 * (unit * m.ksplit + ks)];
-        a1 += red[2 * (unit * m.ksplit + ks) + 1];
-      }
-      emit(o, unit, a0, a1);
-    }
-  }
+  ksplit_sum(m, red, o);
 }
 
 // `stage`: this block's first weight batches copied before the wait (kOptStageWeights) or null.
@@ -1301,17 +1288,7 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
     }
   }
   if (!next_done) bulk_next(p, *bc);  // warps without items (or with empty slices) in this tile
-  if (m.ksplit > 1) {
-    __syncthreads();
-    for (int32_t unit = threadIdx.x; unit < m.nunits; unit += kThreads) {
-      float a0 = 0.f, a1 = 0.f;
-      for (int32_t ks = 0; ks < m.ksplit; ++ks) {
-        a0 += red[2 * (unit * m.ksplit + ks)];
-        a1 += red[2 * (unit * m.ksplit + ks) + 1];
-      }
-      emit(o, unit, a0, a1);
-    }
-  }
+  ksplit_sum(m, red, o);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

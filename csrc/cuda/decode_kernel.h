@@ -176,9 +176,8 @@ struct KernelParams {
   int32_t stream_stages;      // kOptStream: ring stages asked for (0 = kStreamDefaultStages); smem_layout decides
   int32_t stream_stage_bytes; // kOptStream: stage size asked for (0 = the minimum: 32 KB or two rows of the widest)
   int32_t stream_probe;       // kOptStream timing probes (TILES_STREAM_PROBE): 1 = no arithmetic (wrong results),
-                              // 2 = lane 0 alone waits for a stage, 4 = copies with an L2 evict_first hint,
-                              // 8 = stage waits without the timeout (a bare try_wait loop), 16 = weight pointers
-                              // from the kernel parameters (not the shared-memory copy)
+                              // 4 = copies with an L2 evict_first hint, 16 = weight pointers from the kernel
+                              // parameters (not the shared-memory copy). (2 and 8 were measured: perf log v19.)
   int32_t stream_piece;       // kOptStream: bytes per bulk copy (TILES_STREAM_PIECE; 0 = one copy per stage part)
   // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): kTileTimes %globaltimer values
   // at [((step * num_workers + worker) * tile_times_stride + k) * kTileTimes + i] for the worker's k-th tile (i:
