@@ -13,6 +13,9 @@
 // what the kernel has and the plain probe has not: other shared memory before the ring (pad), a cooperative launch,
 // fences around the release, generic stage reads, a generic (not shared-space) release atomic.
 // Results (H200, session 5): docs/perf-log.md v19.
+// It repeats a few of decode_kernel.cu's helpers (mbarrier and bulk-copy wrappers, dot8) on purpose: the probe is one
+// standalone nvcc command without the kernel's headers, so it measures the mechanism in isolation (as
+// latency_probe.cu does).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
