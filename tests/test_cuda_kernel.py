@@ -305,11 +305,7 @@ def test_stream_depths_are_bit_identical(monkeypatch, workers):
     """The weight stream's ring depth (TILES_STREAM_STAGES, 2..8 stages) changes only how far the copies run ahead:
     every depth gives the default path's bits over an 8-step launch (the ring wraps many times across tiles and
     steps) and the same K cache rows."""
-    params = TINY[1][:8] + (workers,)
-    h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
-    cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
-    model = tiny_model(cfg, seed=layers).to(DEV)
-    plan = build_plan(cfg, workers=workers or _workers(), gpu=_gpu())
+    cfg, model, plan = _tiny(TINY[1][:8] + (workers,))
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, cfg.vocab_size, (12,), generator=g).view(1, -1).to(DEV)
     cache = prefill(model, ids, 64)

@@ -1011,20 +1011,21 @@ __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_
   const int64_t cols = weight_cols(p, t.weight);
   const int32_t ups = stream_ups(static_cast<int32_t>(cols), S.sb);
   const int32_t u0 = q.st * ups;
+  // Probe 16 reads the weight pointers from the kernel parameters instead of the shared-memory copy.
+  auto weight = [&](int32_t w) { return (p.stream_probe & 16) ? p.weights[w] : stream_wptr(S, w); };
   const uint16_t* src;
   const uint16_t* src2 = nullptr;
   uint32_t bytes;
   if (t.op == kOpGateup) {
     const int32_t rows = t.row_end - t.row_begin;
     const int32_t n = rows - u0 < ups ? rows - u0 : ups;
-    const bool par = (p.stream_probe & 16) != 0;
-    src = (par ? p.weights[t.weight] : stream_wptr(S, t.weight)) + (int64_t(t.row_begin) + u0) * cols;
-    src2 = (par ? p.weights[t.weight2] : stream_wptr(S, t.weight2)) + (int64_t(t.row_begin) + u0) * cols;
+    src = weight(t.weight) + (int64_t(t.row_begin) + u0) * cols;
+    src2 = weight(t.weight2) + (int64_t(t.row_begin) + u0) * cols;
     bytes = static_cast<uint32_t>(n * cols * 2);
   } else {
     const int32_t r0 = t.row_begin + 2 * u0;
     const int32_t r1 = r0 + 2 * ups < t.row_end ? r0 + 2 * ups : t.row_end;
-    src = ((p.stream_probe & 16) ? p.weights[t.weight] : stream_wptr(S, t.weight)) + int64_t(r0) * cols;
+    src = weight(t.weight) + int64_t(r0) * cols;
     bytes = static_cast<uint32_t>((r1 - r0) * cols * 2);
   }
   int32_t s = q.s, k = q.k, st = q.st, nst = q.nst;
