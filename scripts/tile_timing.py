@@ -74,7 +74,7 @@ def op_name(op: int, weight: int, o_weights: set) -> str:
     return n
 
 
-def run(lib, model, plan, ctx, steps, opt, prefetch):
+def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0):
     dev = "cuda"
     rt = TileRuntime(plan, dev)
     w = [x.contiguous() for x in model_weights(model)]
@@ -102,8 +102,14 @@ def run(lib, model, plan, ctx, steps, opt, prefetch):
     vp = (P * len(v))(*[x.data_ptr() for x in v])
     fn = lib.tiles_timing_run
     fn.restype = ctypes.c_int
+    trace = None
+    if trace_cap > 0 and opt & 65536:
+        trace = torch.zeros(W * trace_cap * STREAM_TRACE_COLS, dtype=torch.int64, device=dev)
+    lib.tiles_timing_set_stream_trace(P(trace.data_ptr() if trace is not None else 0), ctypes.c_int(trace_cap))
     for _ in range(3):  # warm-up (module load, caches), then the measured launch
         times.zero_()
+        if trace is not None:
+            trace.zero_()
         rc = fn(P(rt.plan_tensor.data_ptr()), P(hw.data_ptr()), ctypes.c_int(hw.numel()), wp, kp, vp,
                 ctypes.c_int(max_len), P(rt.scratch.data_ptr()), P(rt.state.data_ptr()), P(ids.data_ptr()),
                 P(pos.data_ptr()), P(inv.data_ptr()), ctypes.c_float(scale), P(logits.data_ptr()),
@@ -112,7 +118,68 @@ def run(lib, model, plan, ctx, steps, opt, prefetch):
         if rc != 0:
             raise RuntimeError(f"tiles_timing_run returned {rc}")
         check_state(rt.state, plan)
-    return times.view(steps, W, stride, TILE_TIMES).cpu().numpy().astype(np.int64), stride
+    T = times.view(steps, W, stride, TILE_TIMES).cpu().numpy().astype(np.int64)
+    if trace is not None:
+        return T, stride, trace.view(W, trace_cap, STREAM_TRACE_COLS).cpu().numpy().astype(np.int64)
+    return T, stride, None
+
+
+# kOptStream trace columns (decode_kernel.h kStreamTrace*): issue, (cols << 8) | op, the issuing lane's preparation
+# done, its warp; then per warp: wait done, arithmetic begun, ended, release.
+STREAM_TRACE_COLS = 69
+_WAIT, _BEGIN, _END, _REL, _ISSUE_NS = 4, 20, 36, 52, 68
+
+
+def _cycles_to_ns(A):
+    """The trace's times are SM cycles; the issue column's %globaltimer twin gives ns per cycle (one SM)."""
+    ok = (A[:, 0] > 0) & (A[:, _ISSUE_NS] > 0)
+    if ok.sum() < 2:
+        return A
+    clk, ns = A[ok, 0], A[ok, _ISSUE_NS]
+    slope = (ns.max() - ns.min()) / max(1, clk[ns.argmax()] - clk[ns.argmin()])
+    B = A.copy()
+    for c in [0, 2] + list(range(_WAIT, _ISSUE_NS)):
+        v = A[:, c]
+        B[:, c] = np.where(v > 0, ns.min() + (v - clk[ns.argmin()]) * slope, 0).astype(np.int64)
+    return B
+
+
+def analyse_stream(plan, X, ns):
+    """Per stream stage, medians per op: issue -> landed (the first warp out of its wait), landed -> the last
+    release, the last release -> the slot's next issue, the interval between landings, the arithmetic of one item
+    (begin -> end), landed -> the last warp's arithmetic begun, landed -> the next fill prepared, and how many later stages
+    had landed when the last release came (the ring's fill level)."""
+    inter = plan.header["intermediate"]
+    names = {2: "QKV", 6: "GATEUP", 7: "LMHEAD"}
+    per = defaultdict(lambda: defaultdict(list))
+    for w in range(X.shape[0]):
+        A = _cycles_to_ns(X[w])
+        ok = (A[:, 0] > 0) & (A[:, _WAIT:_BEGIN].min(axis=1) > 0) & (A[:, _REL:_REL + 16].min(axis=1) > 0)
+        n = int(np.argmin(ok)) if not ok.all() else len(ok)
+        issue, opc, prep = A[:n, 0], A[:n, 1], A[:n, 2]
+        waits, begins, ends, rels = (A[:n, c:c + 16] for c in (_WAIT, _BEGIN, _END, _REL))
+        land = waits.min(axis=1)
+        last = rels.max(axis=1)
+        for m in range(4 * ns, n - ns):
+            op, cols = int(opc[m] & 255), int(opc[m] >> 8)
+            name = names.get(op, "DOWN" if cols == inter else "O" if op == 5 else f"op{op}")
+            d = per[name]
+            d["latency"].append(land[m] - issue[m])
+            d["hold"].append(last[m] - land[m])
+            d["refill"].append(issue[m + ns] - last[m])
+            d["interval"].append(land[m] - land[m - 1])
+            d["prepare"].append(prep[m] - land[m])  # the first release's preparation of the slot's next fill
+            act = begins[m] > 0
+            if act.any():
+                d["item"].append(float(np.median((ends[m] - begins[m])[act])))
+                d["begin_late"].append(int(begins[m][act].max() - land[m]))
+            d["landed_ahead"].append(int((land[m + 1:m + ns] <= last[m]).sum()))
+    out = {}
+    for name, d in per.items():
+        out[name] = {k: float(np.median(v)) / (1 if k == "landed_ahead" else 1e3) for k, v in d.items()}
+        out[name]["stages"] = len(d["latency"])
+        out[name]["interval_mean"] = float(np.mean(d["interval"])) / 1e3
+    return out
 
 
 def analyse(plan, T, stride):
@@ -208,6 +275,8 @@ def main():
                     help="1 (the planner's default since session 5): the o projection off the MERGE workers (v17)")
     ap.add_argument("--attn0-off-qkv", type=int, default=1,
                     help="1 (the planner's default since session 5): partition-0 ATTN tiles off the qkv workers (v18)")
+    ap.add_argument("--stream-trace", type=int, default=0,
+                    help="stream stages traced per worker (kOptStream runs; 0: none): latency, hold, refill per op")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -225,8 +294,11 @@ def main():
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
         pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
-        T, stride = run(lib, model, plan, args.ctx, args.steps, opt, pf)
+        T, stride, X = run(lib, model, plan, args.ctx, args.steps, opt, pf, args.stream_trace)
         r = analyse(plan, T, stride)
+        if X is not None:
+            r["stream"] = analyse_stream(plan, X, int(os.environ.get("TILES_STREAM_STAGES", "3")))
+            r["stream_X"] = X
         result["runs"][str(opt)] = r
         print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt}: "
               f"{r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
@@ -246,6 +318,20 @@ def main():
             if s and "crit_phase1_us" in s:
                 print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
                       f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}")
+        if "stream" in r:
+            print(f"stream stages (medians, us): {'op':<8}{'n':>7}{'latency':>9}{'hold':>7}{'refill':>8}"
+                  f"{'interval':>9}{'mean':>7}{'prepare':>8}{'item':>7}{'begin late':>11}{'landed ahead':>13}")
+            for name in order:
+                q = r["stream"].get(name)
+                if q:
+                    print(f"{'':28}{name:<8}{q['stages']:>7}{q['latency']:>9.2f}{q['hold']:>7.2f}{q['refill']:>8.2f}"
+                          f"{q['interval']:>9.2f}{q['interval_mean']:>7.2f}{q['prepare']:>8.2f}"
+                          f"{q.get('item', float('nan')):>7.2f}{q.get('begin_late', float('nan')):>11.2f}"
+                          f"{q['landed_ahead']:>13.0f}")
+            if os.environ.get("OUT"):
+                np.save(Path(os.environ["OUT"]) / f"stream_trace-{opt}-{os.environ.get('TILES_STREAM_STAGES', 3)}.npy",
+                        r.pop("stream_X")[[0, 1, 65]])
+            r.pop("stream_X", None)
     paths = [Path(args.json)] if args.json else []
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / f"tile_timing-{args.model}.json")

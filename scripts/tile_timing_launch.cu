@@ -10,6 +10,15 @@
 using namespace tiles;
 using namespace tiles::cuda;
 
+// kOptStream trace buffer (tiles_timing_set_stream_trace; null: no trace).
+static unsigned long long* g_stream_trace = nullptr;
+static int g_stream_trace_cap = 0;
+
+extern "C" void tiles_timing_set_stream_trace(unsigned long long* trace, int cap) {
+  g_stream_trace = trace;
+  g_stream_trace_cap = cap;
+}
+
 extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words, int n_header_words,
                                 const void* const* weights, const void* const* k_cache, const void* const* v_cache,
                                 int max_cache_len, void* scratch, void* state, const int64_t* input_ids,
@@ -53,6 +62,8 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   if (opt & kOptStream) p.prefetch_bytes = 0;
   p.tile_times = tile_times;
   p.tile_times_stride = tile_times_stride;
+  p.stream_trace = g_stream_trace;
+  p.stream_trace_cap = g_stream_trace_cap;
   for (int i = 0; i < p.h.num_weights; ++i) p.weights[i] = static_cast<const uint16_t*>(weights[i]);
   for (int l = 0; l < p.h.num_layers; ++l) {
     p.k_cache[l] = static_cast<uint16_t*>(const_cast<void*>(k_cache[l]));

@@ -111,10 +111,20 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
                : "memory");
 }
 
-// A plain arrival (release semantics at CTA scope): kOptStream's second arrival on a fill, after its preparation.
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+// kOptStream's release counter (shared memory, CTA scope). The warp that prepares a fill publishes it with a
+// release add; the one that issues it acquires with a fence after its (relaxed) add. An acq_rel add compiles to
+// MEMBAR.ALL.CTA + ATOMS: every warp's release would pay the fence, so only these two do.
+__device__ __forceinline__ uint32_t atom_add_relaxed_cta(uint32_t* a, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.relaxed.cta.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(smem_addr(a)), "r"(v) : "memory");
+  return old;
 }
+__device__ __forceinline__ uint32_t atom_add_release_cta(uint32_t* a, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.release.cta.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(smem_addr(a)), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void fence_acquire_cta() { asm volatile("fence.acq_rel.cta;" ::: "memory"); }
 
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   uint32_t ok;
@@ -930,14 +940,23 @@ __device__ void ring_drain(const KernelParams& p, RingCtx& r) {
 // stage of a tile in order (waits for it, reads its items in it, releases it); the kWarps-th release of a fill
 // refills the slot with stage m + ns (the releasing lane issues it). So nothing but the ring's depth throttles the
 // stream: while the block waits on a counter, the ring fills up with the next tiles' weights.
+// TILES_TILE_TIMING builds with a stream trace: one value for stage m (lane 0 of the caller writes it). SM clock
+// cycles (clock64): a %globaltimer read costs ~0.1 us and inflated the first traces; the issue also records
+// %globaltimer so that the analysis converts cycles to time.
+__device__ __forceinline__ void stream_trace(const KernelParams& p, uint32_t m, int32_t col, uint64_t v) {
+#if TILES_TILE_TIMING
+  if (p.stream_trace != nullptr && m < static_cast<uint32_t>(p.stream_trace_cap))
+    p.stream_trace[(int64_t(blockIdx.x) * p.stream_trace_cap + m) * kStreamTraceCols + col] = v;
+#endif
+}
+
 struct StreamSlot {
-  uint64_t full;      // mbarrier, count 2: the issuing lane's arrive.expect_tx and, once it has prepared the slot's
-                      // next fill, its plain arrive (release); and the copies' bytes
+  uint64_t full;      // mbarrier, count 1 (the issuing lane's arrive.expect_tx) and the copies' bytes
   int32_t s, k;       // the stage after the prepared one: step, worker-local tile index,
   int32_t st, nst;    // stage within that tile, the tile's stage count
-  uint32_t released;  // warp releases over all fills (every kWarps-th frees the slot)
+  uint32_t released;  // kStreamEvents per fill: kWarps releases and the next fill's preparation (stream_release)
   uint32_t fills;     // fills issued
-  const uint16_t* src;   // the prepared fill (computed while the previous fill is in flight): first part,
+  const uint16_t* src;   // the prepared fill (computed while the current one is being read): first part,
   const uint16_t* src2;  // second part (GATEUP's up rows) or null,
   uint32_t bytes;        // bytes per part (0: the launch has no further stage for this slot)
   int32_t pad[3];
@@ -1000,8 +1019,10 @@ __device__ void stream_next(const KernelParams& p, const StreamCtx& S, int32_t& 
 }
 
 // One lane: computes the slot's next fill from its cursor (src, src2, bytes; bytes 0 when the launch has no further
-// stage for the slot) and moves the cursor ns stages on. Runs right after the slot's previous fill is issued, so
-// the walk is off the path from a release to the copy.
+// stage for the slot) and moves the cursor ns stages on. Runs in the FIRST release of the slot's current fill (a
+// warp that is ahead), so the walk is off the path from the last release to the copy: v19's trace (session 6) found
+// the issuing lane preparing too (0.6 us per fill), which made its warp the last to release the next stage as well,
+// so one warp issued every fill and capped the stream at ~1.3 us per 32 KB stage on every SM.
 __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_t slot) {
   StreamSlot& q = stream_slot(S, slot);
   q.bytes = 0u;
@@ -1039,10 +1060,9 @@ __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_
   q.bytes = bytes;
 }
 
-// One lane: issues the slot's prepared fill (if any), prepares the next one, then arrives a second time. The fill's
-// phase completes only after that arrival (release), and every warp waits for the phase (acquire) before it
-// releases the fill, so the lane that issues the next fill reads the prepared fields. The preparation stays off the
-// path from a release to the copy, and no fence is needed (a fence.sc after a global store may wait for it).
+// One lane (the last release of the slot's current fill, or the launch start): issues the slot's prepared fill, if
+// any. The preparing release's fields are visible here: its release atomic is ordered after its writes, and this
+// lane's acquire atomic read its increment.
 __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t slot) {
   StreamSlot& q = stream_slot(S, slot);
   const uint32_t bytes = q.bytes;
@@ -1050,6 +1070,10 @@ __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t 
   const uint16_t* src = q.src;
   const uint16_t* src2 = q.src2;
   uint8_t* dst = stream_stage(S, static_cast<uint32_t>(slot));
+  const uint32_t traced = q.fills * static_cast<uint32_t>(S.ns) + static_cast<uint32_t>(slot);
+  stream_trace(p, traced, kStreamTraceIssue, clock64());
+  stream_trace(p, traced, kStreamTraceIssueNs, global_ns());
+  stream_trace(p, traced, kStreamTraceIssuer, threadIdx.x >> 5);
   ++q.fills;
   mbar_arrive_expect_tx(&q.full, src2 != nullptr ? 2u * bytes : bytes);
   const uint32_t piece = p.stream_piece > 0 ? static_cast<uint32_t>(p.stream_piece) : bytes;
@@ -1065,8 +1089,6 @@ __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t 
       }
     }
   }
-  stream_prepare(p, S, slot);
-  mbar_arrive(&q.full);
 }
 
 // All threads, at kernel start (the plan records are in shared memory): slot i takes stage i, and the first ns
@@ -1083,7 +1105,7 @@ __device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
       q.nst = nst;
       q.released = 0u;
       q.fills = 0u;
-      mbar_init(&q.full, 2u);
+      mbar_init(&q.full, 1u);
       stream_next(p, S, s, k, st, nst);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1100,8 +1122,11 @@ __device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S,
   const uint32_t slot = m % static_cast<uint32_t>(S.ns);
   const uint32_t parity = (m / static_cast<uint32_t>(S.ns)) & 1u;
   wait_copy_phase(p, &stream_slot(S, static_cast<int32_t>(slot)).full, parity, -4, m);
+  if ((threadIdx.x & 31) == 0) stream_trace(p, m, kStreamTraceWait + (threadIdx.x >> 5), clock64());
   return stream_stage(S, slot);
 }
+
+constexpr uint32_t kStreamEvents = kWarps + 1;
 
 // Warp-level, after the warp's last read of stage m (the values are consumed by the arithmetic): the kWarps-th
 // release of the fill refills the slot. No proxy fence for this write-after-read (CUTLASS's TMA pipelines: consumer
@@ -1109,11 +1134,22 @@ __device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S,
 __device__ __forceinline__ void stream_release(const KernelParams& p, const StreamCtx& S, uint32_t m) {
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {
+    stream_trace(p, m, kStreamTraceRelease + (threadIdx.x >> 5), clock64());
     const int32_t slot = static_cast<int32_t>(m % static_cast<uint32_t>(S.ns));
-    // The kWarps-th release issues the next fill, prepared by the lane that issued this one (stream_issue says why
-    // it is visible here).
-    const uint32_t old = atomicAdd(&stream_slot(S, slot).released, 1u);
-    if (old % kWarps == kWarps - 1) stream_issue(p, S, slot);
+    // A fill counts kStreamEvents increments: kWarps releases and one "prepared" (the first release prepares the
+    // slot's next fill, then increments again, releasing). The last increment, whichever it is, acquires and issues
+    // the next fill.
+    uint32_t* released = &stream_slot(S, slot).released;
+    uint32_t old = atom_add_relaxed_cta(released, 1u);
+    if (old % kStreamEvents == 0u) {
+      stream_prepare(p, S, slot);
+      stream_trace(p, m, kStreamTracePrepared, clock64());
+      old = atom_add_release_cta(released, 1u);
+    }
+    if (old % kStreamEvents == kStreamEvents - 1) {
+      fence_acquire_cta();
+      stream_issue(p, S, slot);
+    }
   }
 }
 
@@ -1157,6 +1193,7 @@ __device__ void matvec_stream(const KernelParams& p, int32_t cols, const uint16_
       stream_release(p, S, base + passed);
     }
     const uint8_t* slot = stream_wait(p, S, base + j);
+    if (lane == 0) stream_trace(p, base + j, kStreamTraceBegin + warp, clock64());
     const int32_t ju = unit - j * ups;
     const uint4* A;
     const uint4* B;
@@ -1172,10 +1209,22 @@ __device__ void matvec_stream(const KernelParams& p, int32_t cols, const uint16_
       bvalid = 2 * unit + 1 < rows;
     }
     float a0 = 0.f, a1 = 0.f;
+    // Unrolled so that the next chunks' shared-memory reads overlap this chunk's FMA chain (same fmaf order).
+#pragma unroll 4
     for (int32_t c = c0 + lane; c < c1 && !(p.stream_probe & 1); c += 32) {
       const uint4 x = hv[c];
       a0 = dot8(A[c], x, a0);
       a1 = dot8(bvalid ? B[c] : make_uint4(0, 0, 0, 0), x, a1);
+    }
+    if (lane == 0) stream_trace(p, base + j, kStreamTraceEnd + warp, clock64());
+    // The stage's last read by this warp is done: release it now, before the warp sums and the stores (the slot's
+    // refill waits for the last release: session 6's trace), unless the warp's next item reads the same stage.
+    const int32_t next = item + kWarps;
+    if (next >= m.items || (next / m.ksplit) / ups > j) {
+      for (; passed <= j; ++passed) {
+        stream_wait(p, S, base + passed);
+        stream_release(p, S, base + passed);
+      }
     }
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
@@ -1193,6 +1242,8 @@ __device__ void matvec_stream(const KernelParams& p, int32_t cols, const uint16_
     stream_release(p, S, base + passed);
   }
   n = base + static_cast<uint32_t>(nst);
+  if (threadIdx.x == 0)
+    for (int32_t j = 0; j < nst; ++j) stream_trace(p, base + j, kStreamTraceOp, (uint64_t(cols) << 8) | uint64_t(o.op));
   ksplit_sum(m, red, o);
 }
 

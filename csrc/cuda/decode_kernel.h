@@ -121,7 +121,9 @@ constexpr int32_t kOptPrefetchAfterAttn = 32768;
 // Why again after v6's per-warp ring lost: that ring moved 2 KB per copy and kept 128 KB in flight per warp group;
 // this one moves 32 KB per copy, block-wide (the reference stream of 16-64 KB copies reads 4.54 TB/s).
 // Measured 45% slower in session 5 (docs/perf-log.md v19: the LM head streamed at 2.97 TB/s where the standalone
-// probe of the same protocol reads 4.5); three suspected causes found in the SASS are removed, not yet re-measured.
+// probe of the same protocol reads 4.5). Session 6's stage trace found why: the issuing lane also prepared the
+// next fill (0.6 us), so one warp was last to release every stage and issued every fill; with the preparation
+// moved to the first release, 13% slower than the plain path (1.05 against 0.93 ms, Llama-1B, context 32).
 constexpr int32_t kOptStream = 65536;
 constexpr int32_t kOptAll = 131071;
 constexpr int32_t kStreamMinStageBytes = 32 * 1024;
@@ -184,10 +186,26 @@ struct KernelParams {
   // kTime*). Null (and ignored) in the product build.
   unsigned long long* tile_times;
   int32_t tile_times_stride;
+  // kOptStream trace (TILES_TILE_TIMING builds only): per worker and stream stage m < stream_trace_cap,
+  // kStreamTraceCols values (kStreamTrace*). Null (and ignored) otherwise.
+  int32_t stream_trace_cap;
+  unsigned long long* stream_trace;
   const uint16_t* weights[kMaxWeights];  // bf16 bit patterns, plan weight order
   uint16_t* k_cache[kMaxLayers];         // per layer [num_kv_heads, max_cache_len, head_dim] bf16
   uint16_t* v_cache[kMaxLayers];
 };
+// Stream trace columns: the fill's issue, the stage's op, the issuing lane's preparation done and its warp; per
+// warp: its (last) wait done, its arithmetic begun and ended (warps with an item in the stage), its release.
+constexpr int32_t kStreamTraceIssue = 0;
+constexpr int32_t kStreamTraceOp = 1;
+constexpr int32_t kStreamTracePrepared = 2;
+constexpr int32_t kStreamTraceIssuer = 3;
+constexpr int32_t kStreamTraceWait = 4;
+constexpr int32_t kStreamTraceBegin = 4 + kWarps;
+constexpr int32_t kStreamTraceEnd = 4 + 2 * kWarps;
+constexpr int32_t kStreamTraceRelease = 4 + 3 * kWarps;
+constexpr int32_t kStreamTraceIssueNs = 4 + 4 * kWarps;  // %globaltimer at the issue (the others: clock64)
+constexpr int32_t kStreamTraceCols = 5 + 4 * kWarps;
 static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
 // Dynamic shared memory layout (bytes), identical on host (sizing) and device (carving).
