@@ -136,11 +136,13 @@ def _cycles_to_ns(A):
     if ok.sum() < 2:
         return A
     clk, ns = A[ok, 0], A[ok, _ISSUE_NS]
-    slope = (ns.max() - ns.min()) / max(1, clk[ns.argmax()] - clk[ns.argmin()])
+    i0, i1 = ns.argmin(), ns.argmax()
+    slope = float(ns[i1] - ns[i0]) / max(1, int(clk[i1] - clk[i0]))
     B = A.copy()
     for c in [0, 2] + list(range(_WAIT, _ISSUE_NS)):
         v = A[:, c]
-        B[:, c] = np.where(v > 0, ns.min() + (v - clk[ns.argmin()]) * slope, 0).astype(np.int64)
+        # Integer offsets first: %globaltimer values (~1.8e18 ns) lose 256 ns in a float64.
+        B[:, c] = np.where(v > 0, ns[i0] + np.round((v - clk[i0]) * slope).astype(np.int64), 0)
     return B
 
 

@@ -304,7 +304,8 @@ def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
 def test_stream_depths_are_bit_identical(monkeypatch, workers):
     """The weight stream's ring depth (TILES_STREAM_STAGES, 2..8 stages) changes only how far the copies run ahead:
     every depth gives the default path's bits over an 8-step launch (the ring wraps many times across tiles and
-    steps) and the same K cache rows."""
+    steps) and the same K cache rows. So do the two ways a fill finds its rows: the stage table and, when the table
+    does not fit, the walk over the tile records (TILES_STREAM_PROBE=32 forces it)."""
     cfg, model, plan = _tiny(TINY[1][:8] + (workers,))
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, cfg.vocab_size, (12,), generator=g).view(1, -1).to(DEV)
@@ -313,14 +314,19 @@ def test_stream_depths_are_bit_identical(monkeypatch, workers):
     k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
     tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
     out = {}
-    for opt, stages in ((25183, None), (25183 | 65536, 2), (25183 | 65536, 3), (25183 | 65536, 8)):
+    for opt, stages in ((25183, None), (25183 | 65536, 2), (25183 | 65536, 3), (25183 | 65536, 8),
+                        (25183 | 65536, "3-walk"), (25183 | 65536, "8-walk")):
         for x, x0 in zip(k + v, k0 + v0):
             x.copy_(x0)
         monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
         if stages is None:
             monkeypatch.delenv("TILES_STREAM_STAGES", raising=False)
         else:
-            monkeypatch.setenv("TILES_STREAM_STAGES", str(stages))
+            monkeypatch.setenv("TILES_STREAM_STAGES", str(stages).split("-")[0])
+        if str(stages).endswith("walk"):
+            monkeypatch.setenv("TILES_STREAM_PROBE", "32")
+        else:
+            monkeypatch.delenv("TILES_STREAM_PROBE", raising=False)
         b = Bound(model, plan)
         l, t = b.step(k, v, tok0, pos0, num_steps=8)
         check_state(b.rt.state, plan)
@@ -330,6 +336,7 @@ def test_stream_depths_are_bit_identical(monkeypatch, workers):
         assert torch.equal(t, t0), f"TILES_STREAM_STAGES={stages}: tokens differ"
         assert torch.equal(l.view(torch.int32), l0.view(torch.int32)), f"TILES_STREAM_STAGES={stages}: logits differ"
         assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(c, c0))
+    monkeypatch.delenv("TILES_STREAM_PROBE", raising=False)
     monkeypatch.setenv("TILES_STREAM_STAGES", "9")
     with pytest.raises(RuntimeError, match="TILES_STREAM_STAGES=9 outside 0..8"):
         Bound(model, plan).step(k, v, tok0, pos0)

@@ -975,6 +975,9 @@ struct StreamCtx {
   int32_t wptr;   // the weight pointers [num_weights] (a dynamically indexed kernel parameter is a constant-cache
                   // load that may miss)
   int32_t tbeg, tend, ns, sb;
+  int32_t desc;   // the stage table [T] (int2 per stage of a step: stream_pack), valid when T > 0
+  int32_t T;      // stages per step of this worker, or -1: no table (the fills walk the tile records)
+  int32_t tmp;    // 16 ints of scratch for stream_start's scan (the k-split partials' area, idle then)
 };
 static_assert(sizeof(StreamCtx) <= 64, "smem_layout reserves 64 bytes for the StreamCtx");
 
@@ -1018,46 +1021,82 @@ __device__ void stream_next(const KernelParams& p, const StreamCtx& S, int32_t& 
   s = p.num_steps;  // the worker has no matvec tile at all
 }
 
-// One lane: computes the slot's next fill from its cursor (src, src2, bytes; bytes 0 when the launch has no further
-// stage for the slot) and moves the cursor ns stages on. Runs in the FIRST release of the slot's current fill (a
-// warp that is ahead), so the walk is off the path from the last release to the copy: v19's trace (session 6) found
-// the issuing lane preparing too (0.6 us per fill), which made its warp the last to release the next stage as well,
-// so one warp issued every fill and capped the stream at ~1.3 us per 32 KB stage on every SM.
+// A stage's rows: the first row of its weight(s), the weight(s), the rows per part (GATEUP: gate rows, then as
+// many up rows). Identical for the stage table and the record walk.
+struct StreamDesc {
+  int32_t row0, w, w2, nrows;  // w2 = -1: one part
+};
+__device__ __forceinline__ StreamDesc stream_desc(const KernelParams& p, const Tile& t, int32_t sb, int32_t st) {
+  const int32_t ups = stream_ups(weight_cols(p, t.weight), sb);
+  const int32_t u0 = st * ups;
+  StreamDesc d;
+  d.w = t.weight;
+  if (t.op == kOpGateup) {
+    const int32_t rows = t.row_end - t.row_begin;
+    d.row0 = t.row_begin + u0;
+    d.nrows = rows - u0 < ups ? rows - u0 : ups;
+    d.w2 = t.weight2;
+  } else {
+    d.row0 = t.row_begin + 2 * u0;
+    const int32_t r1 = d.row0 + 2 * ups < t.row_end ? d.row0 + 2 * ups : t.row_end;
+    d.nrows = r1 - d.row0;
+    d.w2 = -1;
+  }
+  return d;
+}
+// Table entries: (row0, w | (w2 + 1) << 10 | nrows << 20); stream_start checks the field widths.
+__device__ __forceinline__ bool stream_packable(const StreamDesc& d) {
+  return d.w >= 0 && d.w < 1023 && d.w2 + 1 < 1024 && d.nrows > 0 && d.nrows < 4096;
+}
+__device__ __forceinline__ int2 stream_pack(const StreamDesc& d) {
+  return make_int2(d.row0, d.w | ((d.w2 + 1) << 10) | (d.nrows << 20));
+}
+__device__ __forceinline__ StreamDesc stream_unpack(int2 e) {
+  StreamDesc d;
+  d.row0 = e.x;
+  d.w = e.y & 1023;
+  d.w2 = ((e.y >> 10) & 1023) - 1;
+  d.nrows = (e.y >> 20) & 4095;
+  return d;
+}
+
+// One lane: computes the slot's next fill (src, src2, bytes; bytes 0 when the launch has no further stage for the
+// slot) and moves the slot's cursor ns stages on. With the stage table (T > 0) the cursor is (step, entry): one
+// shared-memory read. Without it, the cursor walks the tile records (load, shape, stage count per tile crossed).
+// Runs in the FIRST release of the slot's current fill (a warp that is ahead), off the path from the last release
+// to the copy: v19's trace (session 6) found the issuing lane preparing too, by the record walk (0.6 us per fill),
+// which made its warp the last to release the next stage as well, so one warp issued every fill and capped the
+// stream at ~1.3 us per 32 KB stage on every SM. The walk still cost the preparing warp ~0.8 us (trace, call 6),
+// enough to delay the next group of warps by that much: hence the table.
 __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_t slot) {
   StreamSlot& q = stream_slot(S, slot);
   q.bytes = 0u;
   if (q.s >= p.num_steps) return;
-  const int32_t* rec = stream_rec(S, q.k);
-  const Tile t = load_tile_rec(rec);
-  const int64_t cols = weight_cols(p, t.weight);
-  const int32_t ups = stream_ups(static_cast<int32_t>(cols), S.sb);
-  const int32_t u0 = q.st * ups;
+  StreamDesc d;
+  if (S.T > 0) {
+    d = stream_unpack(reinterpret_cast<const int2*>(g_smem + S.desc)[q.k]);
+    int32_t s = q.s, k = q.k + S.ns;
+    while (k >= S.T) {
+      k -= S.T;
+      ++s;
+    }
+    q.s = s;
+    q.k = k;
+  } else {
+    d = stream_desc(p, load_tile_rec(stream_rec(S, q.k)), S.sb, q.st);
+    int32_t s = q.s, k = q.k, st = q.st, nst = q.nst;
+    for (int32_t i = 0; i < S.ns; ++i) stream_next(p, S, s, k, st, nst);
+    q.s = s;
+    q.k = k;
+    q.st = st;
+    q.nst = nst;
+  }
+  const int64_t cols = weight_cols(p, d.w);
   // Probe 16 reads the weight pointers from the kernel parameters instead of the shared-memory copy.
   auto weight = [&](int32_t w) { return (p.stream_probe & 16) ? p.weights[w] : stream_wptr(S, w); };
-  const uint16_t* src;
-  const uint16_t* src2 = nullptr;
-  uint32_t bytes;
-  if (t.op == kOpGateup) {
-    const int32_t rows = t.row_end - t.row_begin;
-    const int32_t n = rows - u0 < ups ? rows - u0 : ups;
-    src = weight(t.weight) + (int64_t(t.row_begin) + u0) * cols;
-    src2 = weight(t.weight2) + (int64_t(t.row_begin) + u0) * cols;
-    bytes = static_cast<uint32_t>(n * cols * 2);
-  } else {
-    const int32_t r0 = t.row_begin + 2 * u0;
-    const int32_t r1 = r0 + 2 * ups < t.row_end ? r0 + 2 * ups : t.row_end;
-    src = weight(t.weight) + int64_t(r0) * cols;
-    bytes = static_cast<uint32_t>((r1 - r0) * cols * 2);
-  }
-  int32_t s = q.s, k = q.k, st = q.st, nst = q.nst;
-  for (int32_t i = 0; i < S.ns; ++i) stream_next(p, S, s, k, st, nst);
-  q.s = s;
-  q.k = k;
-  q.st = st;
-  q.nst = nst;
-  q.src = src;
-  q.src2 = src2;
-  q.bytes = bytes;
+  q.src = weight(d.w) + int64_t(d.row0) * cols;
+  q.src2 = d.w2 >= 0 ? weight(d.w2) + int64_t(d.row0) * cols : nullptr;
+  q.bytes = static_cast<uint32_t>(int64_t(d.nrows) * cols * 2);
 }
 
 // One lane (the last release of the slot's current fill, or the launch start): issues the slot's prepared fill, if
@@ -1091,22 +1130,65 @@ __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t 
   }
 }
 
-// All threads, at kernel start (the plan records are in shared memory): slot i takes stage i, and the first ns
-// stages are issued at once, so the first weights stream while the step's first waits run. Ends with a barrier.
-__device__ void stream_start(const KernelParams& p, const StreamCtx& S) {
-  if (threadIdx.x == 0) {
+// All threads, at kernel start (the plan records are in shared memory; thread 0 has written S's offsets): builds
+// the stage table (dcap entries fit; a block-wide scan of the tiles' stage counts, then every thread writes its
+// tile's entries), then slot i takes stage i and the first ns stages are issued at once, so the first weights stream
+// while the step's first waits run. Ends with a barrier.
+__device__ void stream_start(const KernelParams& p, StreamCtx& S, int32_t dcap) {
+  __syncthreads();  // S's offsets
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t ntl = S.tend - S.tbeg;
+  bool table = dcap > 0 && ntl <= kThreads && !(p.stream_probe & 32);  // probe 32: the record walk (tests)
+  Tile t;
+  int32_t cnt = 0;
+  if (table && tid < ntl) {
+    t = load_tile_rec(stream_rec(S, S.tbeg + tid));
+    cnt = stream_nst(p, stream_rec(S, S.tbeg + tid), S.sb);
+  }
+  int32_t incl = cnt;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  int32_t* wsum = reinterpret_cast<int32_t*>(g_smem + S.tmp);
+  if (lane == 31) wsum[warp] = incl;
+  __syncthreads();
+  int32_t before = 0, total = 0;
+  for (int i = 0; i < kWarps; ++i) {
+    if (i < warp) before += wsum[i];
+    total += wsum[i];
+  }
+  table = table && total > 0 && total <= dcap;  // uniform: every thread summed the same partials
+  bool bad = false;
+  if (table) {
+    int2* desc = reinterpret_cast<int2*>(g_smem + S.desc);
+    for (int32_t st = 0; st < cnt; ++st) {
+      const StreamDesc d = stream_desc(p, t, S.sb, st);
+      bad = bad || !stream_packable(d);
+      desc[before + incl - cnt + st] = stream_pack(d);
+    }
+  }
+  table = !__syncthreads_or(bad) && table;
+  if (tid == 0) {
+    S.T = table ? total : -1;
     int32_t s = 0, k = S.tbeg - 1, st = 0, nst = 0;
-    stream_next(p, S, s, k, st, nst);
+    if (!table) stream_next(p, S, s, k, st, nst);
     for (int32_t i = 0; i < S.ns; ++i) {
       StreamSlot& q = stream_slot(S, i);
-      q.s = s;
-      q.k = k;
-      q.st = st;
-      q.nst = nst;
+      if (table) {
+        q.s = i / total;
+        q.k = i % total;
+      } else {
+        q.s = s;
+        q.k = k;
+        q.st = st;
+        q.nst = nst;
+        stream_next(p, S, s, k, st, nst);
+      }
       q.released = 0u;
       q.fills = 0u;
       mbar_init(&q.full, 1u);
-      stream_next(p, S, s, k, st, nst);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     for (int32_t i = 0; i < S.ns; ++i) {
@@ -1966,8 +2048,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       stc.tend = tend;
       stc.ns = L.sstages;
       stc.sb = L.sstage_bytes;
+      stc.desc = L.sdesc;
+      stc.tmp = L.red;
     }
-    stream_start(p, stc);  // thread 0 uses stc, then a barrier publishes it
+    stream_start(p, stc, L.sdesc_cap);
   }
   const StreamCtx* stream = use_stream ? &stc : nullptr;
   if (use_ring) {

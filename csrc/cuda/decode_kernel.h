@@ -131,6 +131,8 @@ constexpr int32_t kStreamMaxStages = 8;
 // 3 x 32 KB: the best depth in two of session 5's calls (1.36 against 1.38 / 1.42 for 2 / 4 stages), and on
 // Llama-1B it leaves room for the attention double buffer (kOptAttnDoubleBuffer), which 4 stages do not.
 constexpr int32_t kStreamDefaultStages = 3;
+// Stage-table entries at most (8 bytes each; a worker whose step has more stages walks its tile records instead).
+constexpr int32_t kStreamMaxDesc = 1024;
 // The set used when TILES_KERNEL_OPT is unset: the fastest set that passed every bit-identity and parity check on
 // the H200 (docs/perf-log.md).
 // 607 (v5, 2026-11-30 session 2): as 95 at context 32 (1.0837 vs 1.0839 ms), 1.258 vs 1.278 at 4064, 1.846 vs
@@ -179,7 +181,8 @@ struct KernelParams {
   int32_t stream_stage_bytes; // kOptStream: stage size asked for (0 = the minimum: 32 KB or two rows of the widest)
   int32_t stream_probe;       // kOptStream timing probes (TILES_STREAM_PROBE): 1 = no arithmetic (wrong results),
                               // 4 = copies with an L2 evict_first hint, 16 = weight pointers from the kernel
-                              // parameters (not the shared-memory copy). (2 and 8 were measured: perf log v19.)
+                              // parameters (not the shared-memory copy), 32 = no stage table (the fills walk
+                              // the tile records, as when the table does not fit). (2, 8: perf log v19.)
   int32_t stream_piece;       // kOptStream: bytes per bulk copy (TILES_STREAM_PIECE; 0 = one copy per stage part)
   // Per-tile timing (built with TILES_TILE_TIMING=1 only; scripts/tile_timing.py): kTileTimes %globaltimer values
   // at [((step * num_workers + worker) * tile_times_stride + k) * kTileTimes + i] for the worker's k-th tile (i:
@@ -231,6 +234,8 @@ struct SmemLayout {
   int32_t sslots;
   int32_t sstages;  // 0 when the stream is off or fewer than two stages fit
   int32_t sstage_bytes;
+  int32_t sdesc;    // kOptStream: the worker's stage table [sdesc_cap] (8 bytes per stage of a step), last
+  int32_t sdesc_cap;  // 0: no room (the stream then walks the tile records per fill)
   int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
   int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
   int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
@@ -329,6 +334,15 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt, int32_t stream_stage
       o += kv2;
     }
     if (s.kbuf2 >= 0) s.vbuf2 = s.kbuf2 + up16(s.chunk * (hd + 8) * 2);
+  }
+  // The stream's stage table takes what is left, up to kStreamMaxDesc entries (Llama-1B needs ~620).
+  s.sdesc = o;
+  s.sdesc_cap = 0;
+  if (stream && s.sstages) {
+    int32_t cap = (kMaxSmemPerBlock - o) / 8;
+    if (cap > kStreamMaxDesc) cap = kStreamMaxDesc;
+    s.sdesc_cap = cap >= 64 ? cap : 0;
+    o += s.sdesc_cap * 8;
   }
   s.total = o;
   return s;
