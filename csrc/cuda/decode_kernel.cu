@@ -937,9 +937,9 @@ __device__ void ring_drain(const KernelParams& p, RingCtx& r) {
 // (matvec_shape: two rows, or a gate and an up row) are cut into stages of ups = sstage_bytes / (2 x row bytes)
 // units; a stage is one contiguous copy of its rows (GATEUP: the gate rows, then the up rows: two copies). Stage m
 // lives in slot m % ns, whose mbarrier completes one phase per fill (parity (m / ns) & 1). Every warp passes every
-// stage of a tile in order (waits for it, reads its items in it, releases it); the kWarps-th release of a fill
-// refills the slot with stage m + ns (the releasing lane issues it). So nothing but the ring's depth throttles the
-// stream: while the block waits on a counter, the ring fills up with the next tiles' weights.
+// stage of a tile in order (waits for it, reads its items in it, releases it); once every warp has released a fill
+// the slot is refilled with stage m + ns (stream_release says by whom). So nothing but the ring's depth throttles
+// the stream: while the block waits on a counter, the ring fills up with the next tiles' weights.
 // TILES_TILE_TIMING builds with a stream trace: one value for stage m (lane 0 of the caller writes it). SM clock
 // cycles (clock64): a %globaltimer read costs ~0.1 us and inflated the first traces; the issue also records
 // %globaltimer so that the analysis converts cycles to time.
@@ -1099,9 +1099,9 @@ __device__ void stream_prepare(const KernelParams& p, const StreamCtx& S, int32_
   q.bytes = static_cast<uint32_t>(int64_t(d.nrows) * cols * 2);
 }
 
-// One lane (the last release of the slot's current fill, or the launch start): issues the slot's prepared fill, if
-// any. The preparing release's fields are visible here: its release atomic is ordered after its writes, and this
-// lane's acquire atomic read its increment.
+// One lane (the last event of the slot's current fill, or the launch start): issues the slot's prepared fill, if
+// any. The preparing warp's fields are visible here: its release add follows its writes, and this lane's add read a
+// later value of the same counter and then fenced (acquire).
 __device__ void stream_issue(const KernelParams& p, const StreamCtx& S, int32_t slot) {
   StreamSlot& q = stream_slot(S, slot);
   const uint32_t bytes = q.bytes;
@@ -1210,9 +1210,10 @@ __device__ const uint8_t* stream_wait(const KernelParams& p, const StreamCtx& S,
 
 constexpr uint32_t kStreamEvents = kWarps + 1;
 
-// Warp-level, after the warp's last read of stage m (the values are consumed by the arithmetic): the kWarps-th
-// release of the fill refills the slot. No proxy fence for this write-after-read (CUTLASS's TMA pipelines: consumer
-// release, then the producer's copy; v6 measured and checked the same).
+// Warp-level, after the warp's last read of stage m. No proxy fence for this write-after-read (CUTLASS's TMA
+// pipelines: consumer release, then the producer's copy). The increment is relaxed: the refill's ordering after this
+// warp's reads of the stage rests on its shared-memory accesses being performed in order (racecheck, which does not
+// model atomics, flags it: perf log, session 6); a release add per warp would make it formal (not yet measured).
 __device__ __forceinline__ void stream_release(const KernelParams& p, const StreamCtx& S, uint32_t m) {
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {
