@@ -300,7 +300,6 @@ def main():
         r = analyse(plan, T, stride)
         if X is not None:
             r["stream"] = analyse_stream(plan, X, int(os.environ.get("TILES_STREAM_STAGES", "3")))
-            r["stream_X"] = X
         result["runs"][str(opt)] = r
         print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt}: "
               f"{r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
@@ -330,10 +329,10 @@ def main():
                           f"{q['interval']:>9.2f}{q['interval_mean']:>7.2f}{q['prepare']:>8.2f}"
                           f"{q.get('item', float('nan')):>7.2f}{q.get('begin_late', float('nan')):>11.2f}"
                           f"{q['landed_ahead']:>13.0f}")
-            if os.environ.get("OUT"):
+            if os.environ.get("OUT"):  # raw rows of three workers (the first two and the middle one)
+                keep = sorted({0, min(1, len(X) - 1), len(X) // 2})
                 np.save(Path(os.environ["OUT"]) / f"stream_trace-{opt}-{os.environ.get('TILES_STREAM_STAGES', 3)}.npy",
-                        r.pop("stream_X")[[0, 1, 65]])
-            r.pop("stream_X", None)
+                        X[keep])
     paths = [Path(args.json)] if args.json else []
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / f"tile_timing-{args.model}.json")
