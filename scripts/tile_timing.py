@@ -331,8 +331,8 @@ def main():
                           f"{q['landed_ahead']:>13.0f}")
             if os.environ.get("OUT"):  # raw rows of three workers (the first two and the middle one)
                 keep = sorted({0, min(1, len(X) - 1), len(X) // 2})
-                np.save(Path(os.environ["OUT"]) / f"stream_trace-{opt}-{os.environ.get('TILES_STREAM_STAGES', 3)}.npy",
-                        X[keep])
+                np.save(Path(os.environ["OUT"]) / f"stream_trace-{opt}-{os.environ.get('TILES_STREAM_STAGES', 3)}"
+                        f"-p{os.environ.get('TILES_STREAM_PROBE', 0)}.npy", X[keep])
     paths = [Path(args.json)] if args.json else []
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / f"tile_timing-{args.model}.json")

@@ -59,6 +59,7 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   if (p.poll_piece < 16 || p.poll_piece % 16 != 0) return -4;
   if (const char* a = std::getenv("TILES_STREAM_STAGES")) p.stream_stages = std::atoi(a);
   if (const char* a = std::getenv("TILES_STREAM_STAGE_BYTES")) p.stream_stage_bytes = std::atoi(a);
+  if (const char* a = std::getenv("TILES_STREAM_PROBE")) p.stream_probe = std::atoi(a);  // as the op reads it
   if (opt & kOptStream) p.prefetch_bytes = 0;
   p.tile_times = tile_times;
   p.tile_times_stride = tile_times_stride;
