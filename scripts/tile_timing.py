@@ -48,14 +48,17 @@ C_OP, C_LAYER, C_WEIGHT, C_WAIT_BEGIN, C_WAIT_COUNT, C_SIGNAL = 0, 1, 2, 14, 15,
 
 def build_lib(out_dir: Path) -> Path:
     unroll = os.environ.get("TILES_KUNROLL")  # the build-time experiment knob of setup.py, passed the same way
-    lib = out_dir / f"libtiles_timing{'_u' + unroll if unroll else ''}.so"
+    # Extra -D flags of timing experiments (e.g. -DTILES_MARK_SPLIT: decode_kernel.cu), one library per set.
+    defines = os.environ.get("TILES_TIMING_DEFINES", "").split()
+    tag = ("_u" + unroll if unroll else "") + "".join("_" + d.lstrip("-D").lower() for d in defines)
+    lib = out_dir / f"libtiles_timing{tag}.so"
     srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "scripts/tile_timing_launch.cu"]
     deps = srcs + [ROOT / "csrc/cuda/decode_kernel.h", ROOT / "csrc/generated/plan_format.h"]
     if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in deps):
         return lib
     arch = os.environ.get("TILES_TIMING_ARCH", "90a")
     cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DTILES_TILE_TIMING=1",
-           *([f"-DTILES_KUNROLL={int(unroll)}"] if unroll else []),
+           *([f"-DTILES_KUNROLL={int(unroll)}"] if unroll else []), *defines,
            f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'csrc/generated'}",
            "-Xcompiler", "-fPIC", "-shared", *map(str, srcs), "-o", str(lib)]
     subprocess.run(cmd, check=True)

@@ -246,11 +246,13 @@ def test_multi_token_eos_stops_early(monkeypatch, opt):
 # (4096) only prefetches into L2; 8191 takes the ring's path. MergeOneTrip (8192) and LocalMerge (16384) change
 # MERGE's reads; PrefetchAfterAttn (32768) only prefetches into L2; 32767 and 65535: everything (the ring's path).
 # The weight stream (65536) needs 16 (alone: the plain path) and replaces 4, 128, 256, 2048; the ring wins over it.
+# PollAhead (131072) only changes how thread 0 polls a counter (PollPrefetch's instantiation).
 OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
             95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047,
             2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095, 4096, 607 | 4096, 8191, 8192, 16384,
             607 | 8192, 607 | 16384, 607 | 8192 | 16384, 607 | 4096 | 8192 | 16384, 32767, 32768, 25183 | 32768,
-            65535, 65536, 16 | 65536, 607 | 65536, 25183 | 65536, 1023 | 2048 | 65536, 131071)
+            65535, 65536, 16 | 65536, 607 | 65536, 25183 | 65536, 1023 | 2048 | 65536, 131071,
+            131072, 25183 | 131072)
 
 
 @pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700), (None, 124)],

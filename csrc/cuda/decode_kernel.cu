@@ -351,8 +351,56 @@ __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, 
   }
 }
 
+// kOptPollAhead (thread 0, after one acquire load found the counter short): three relaxed loads in flight, issued
+// p.poll_gap SM cycles apart, so the counter's change is seen about half a round trip (+ half a gap) after it
+// reaches L2 instead of a full one on average. An acquire load cannot overlap the next (its L1 invalidation waits for
+// it), hence relaxed loads; the ordering then rests on the block barrier after the wait and on every read of a
+// produced buffer going to L2 (ld.cg, cp.async.cg). p.poll_fence = 1 adds fence.acq_rel.gpu after the detection
+// (formal acquire; it also waits for the two loads still in flight). Perf log v26: gap 0 (each load re-issued as
+// soon as it is checked) is best; 256 and 512 lose.
+__device__ bool wait_counter_ahead(const KernelParams& p, int32_t c, uint32_t target, int32_t worker, int32_t tile,
+                                   int32_t step) {
+  const uint32_t* ctr = counter_ptr(p, c);
+  uint32_t v = ld_acquire(ctr);
+  if (static_cast<int32_t>(v - target) >= 0) return true;
+  const uint64_t gap = static_cast<uint64_t>(p.poll_gap);
+  auto pause = [&]() {
+    const uint64_t t = clock64();
+    while (clock64() - t < gap) {
+    }
+  };
+  uint32_t a = ld_relaxed(ctr);
+  pause();
+  uint32_t b = ld_relaxed(ctr);
+  pause();
+  uint32_t d = ld_relaxed(ctr);
+  const uint64_t t0 = global_ns();
+  for (uint32_t iter = 1;; ++iter) {
+    pause();
+    if (static_cast<int32_t>(a - target) >= 0) break;
+    a = ld_relaxed(ctr);
+    pause();
+    if (static_cast<int32_t>(b - target) >= 0) break;
+    b = ld_relaxed(ctr);
+    pause();
+    if (static_cast<int32_t>(d - target) >= 0) break;
+    d = ld_relaxed(ctr);
+    if ((iter & 15u) == 0u) {
+      if (ld_relaxed(p.state + kStateError) != 0u) return false;
+      if (global_ns() - t0 > p.timeout_ns) {
+        raise_error(p, kErrorWaitTimeout, worker, tile, step, c, d, target);
+        return false;
+      }
+    }
+  }
+  if (p.poll_fence) __threadfence();
+  return true;
+}
+
 // Block-level: thread 0 waits for every Wait record of the tile, then the block proceeds (or all exit).
 // `rec`: the tile's local record (kOptPlanSmem) or null. One barrier (__syncthreads_and) publishes the outcome.
+// kAhead: the PollPrefetch instantiation, where kOptPollAhead may run.
+template <bool kAhead>
 __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, int32_t worker, int32_t tile,
                           int32_t step, const int32_t* rec, PollCursor* pc = nullptr) {
   int ok = 1;
@@ -372,7 +420,10 @@ __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, 
         off = __ldg(w + 2);
       }
       const uint32_t target = (epoch + static_cast<uint32_t>(off)) * static_cast<uint32_t>(count);
-      ok = wait_counter(p, c, target, worker, tile, step, pc) ? 1 : 0;
+      ok = (kAhead && (p.opt & kOptPollAhead) ? wait_counter_ahead(p, c, target, worker, tile, step)
+                                                : wait_counter(p, c, target, worker, tile, step, pc))
+               ? 1
+               : 0;
     }
   }
   return __syncthreads_and(ok) != 0;
@@ -1347,6 +1398,11 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
       cp_async_wait_all();
     }
   }
+#ifdef TILES_MARK_SPLIT
+  // Timing experiment (tile_timing.py with TILES_TIMING_DEFINES=-DTILES_MARK_SPLIT): a matvec tile's main phase
+  // ends once thread 0's staged copies have landed; the arithmetic, sums and stores fall into the epilogue.
+  TILES_MARK(kTimePhase2);
+#endif
   const uint8_t* bstage = bc != nullptr && bc->armed == bc->k ? bc->stage : nullptr;
   bool next_done = bc == nullptr;
   for (int32_t item = warp; item < m.items; item += kWarps) {
@@ -1792,7 +1848,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   const bool attn_pre = t.op == kOpAttn && (p.opt & kOptAttnPrestage);
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
   // A local MERGE's inputs are this block's shared memory: nothing to wait for.
-  if (!local_merge && !wait_tile(p, t, sc.epoch, worker, ti, sc.step, rec, pc)) {
+  if (!local_merge && !wait_tile<kExp>(p, t, sc.epoch, worker, ti, sc.step, rec, pc)) {
     if (stage != nullptr || attn_pre) cp_async_wait_all();  // no copy may land in a block that has exited
     return false;
   }
@@ -1863,7 +1919,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
                bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending);
       }
+#ifndef TILES_MARK_SPLIT
       TILES_MARK(kTimePhase2);
+#endif
       if (t.op == kOpLmhead) {
         // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
         // wrote: the fence makes each writer's stores visible at L2 before the barrier.
@@ -2338,7 +2396,7 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
   if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false, false, false>, p);
   if (p.opt & kOptStream) return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, true>, p);
   if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true, false, false>, p);
-  if (p.opt & (kOptPollPrefetch | kOptPrefetchAfterAttn))
+  if (p.opt & (kOptPollPrefetch | kOptPrefetchAfterAttn | kOptPollAhead))
     return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, true, false>, p);
   return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, false>, p);
 }

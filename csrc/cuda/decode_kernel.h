@@ -125,7 +125,13 @@ constexpr int32_t kOptPrefetchAfterAttn = 32768;
 // next fill (0.6 us), so one warp was last to release every stage and issued every fill; with the preparation
 // moved to the first release, 13% slower than the plain path (1.05 against 0.93 ms, Llama-1B, context 32).
 constexpr int32_t kOptStream = 65536;
-constexpr int32_t kOptAll = 131071;
+// Thread 0 polls a short counter with three relaxed loads in flight, TILES_POLL_GAP SM cycles apart (default 256),
+// instead of one acquire load per L2 round trip (decode_kernel.cu wait_counter_ahead says why and what orders the
+// reads; TILES_POLL_FENCE=1 adds an acquire fence after the detection). PollPrefetch's instantiation. Measured
+// (docs/perf-log.md v26): -1.3% (SmolLM2) / -1.6% (Llama-1B) at gap 0 against that instantiation with plain polling,
+// which itself is 5-8% slower than the default one: an experiment, not a default.
+constexpr int32_t kOptPollAhead = 131072;
+constexpr int32_t kOptAll = 262143;
 constexpr int32_t kStreamMinStageBytes = 32 * 1024;
 constexpr int32_t kStreamMaxStages = 8;
 // 3 x 32 KB: the best depth in two of session 5's calls (1.36 against 1.38 / 1.42 for 2 / 4 stages), and on
@@ -177,6 +183,8 @@ struct KernelParams {
   int32_t ring_slots;         // kOptWeightRing: batches per warp in flight or landed, 2..kRingSlots (bytes in flight)
   int32_t poll_piece;         // kOptPollPrefetch: bytes per matrix prefetched per unsuccessful poll
   int32_t poll_cap;           // kOptPollPrefetch: bytes per matrix and GATEUP tile at most
+  int32_t poll_gap;           // kOptPollAhead: SM cycles between two polls of a counter
+  int32_t poll_fence;         // kOptPollAhead: 1 = fence.acq_rel.gpu once the counter is seen
   int32_t stream_stages;      // kOptStream: ring stages asked for (0 = kStreamDefaultStages); smem_layout decides
   int32_t stream_stage_bytes; // kOptStream: stage size asked for (0 = the minimum: 32 KB or two rows of the widest)
   int32_t stream_probe;       // kOptStream timing probes (TILES_STREAM_PROBE): 1 = no arithmetic (wrong results),
