@@ -10,6 +10,8 @@ Environment:
   TILES_DEBUG=1         -O0 -g (and -G for device code) instead of -O3.
   TILES_KEEP_CXX=1      keep a compiler under /opt (by default replaced by /usr/bin/g++: see _use_system_compiler).
   TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 4).
+  TILES_LEAN_OPT=N      experiment: the kernel option bits fixed at N at compile time (every other option's code
+                        compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
 """
 import glob
 import os
@@ -86,6 +88,11 @@ def _kunroll() -> list[tuple[str, str]]:
     return [("TILES_KUNROLL", str(int(v)))] if v else []
 
 
+def _lean_opt() -> list[tuple[str, str]]:
+    v = os.environ.get("TILES_LEAN_OPT")
+    return [("TILES_LEAN_OPT", str(int(v)))] if v else []
+
+
 def _extension():
     debug = os.environ.get("TILES_DEBUG") == "1"
     # -g0: Python's own CFLAGS carry -g, which slows the build and bloats the library for nothing here.
@@ -105,7 +112,7 @@ def _extension():
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
-                             define_macros=[("TILES_WITH_CUDA", "1")] + _kunroll(),
+                             define_macros=[("TILES_WITH_CUDA", "1")] + _kunroll() + _lean_opt(),
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc})
     why = ("TILES_FORCE_CPU=1" if os.environ.get("TILES_FORCE_CPU") == "1"
            else "torch has no CUDA" if torch.version.cuda is None else "no CUDA toolkit (CUDA_HOME unset)")

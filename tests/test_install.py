@@ -144,6 +144,10 @@ TOOL_BUILDS = {
     "tile_timing_launch": (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILES_TILE_TIMING=1"]),
     "latency_probe": (REPO / "scripts" / "latency_probe.cu", []),
     "stream_probe": (REPO / "scripts" / "stream_probe.cu", []),
+    # Experiment builds: the split main-phase mark (tile_timing.py TILES_TIMING_DEFINES) and the kernel with its
+    # options fixed at compile time (setup.py TILES_LEAN_OPT, scripts/lean_ab.sh).
+    "tile_timing_mark_split": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1", "-DTILES_MARK_SPLIT"]),
+    "decode_kernel_lean_25183": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_LEAN_OPT=25183"]),
 }
 
 

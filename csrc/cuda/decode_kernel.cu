@@ -39,6 +39,16 @@ __shared__ unsigned long long* g_tile_times;
   } while (0)
 #endif
 
+// The option bits as the device code sees them. TILES_LEAN_OPT (a build-time experiment knob: setup.py, like
+// TILES_KUNROLL) makes them a compile-time constant, so every path of an option not in it is compiled out of every
+// instantiation (the host then refuses any other TILES_KERNEL_OPT): does dead option code cost the default path
+// (perf log v26, the codegen tax)?
+#ifdef TILES_LEAN_OPT
+#define OPT(p) (static_cast<int32_t>(TILES_LEAN_OPT))
+#else
+#define OPT(p) ((p).opt)
+#endif
+
 // kOptPrefetchAfterAttn: the local plan record of the matvec tile after the running ATTN tile (set by thread 0 before
 // the tile; a shared variable rather than a parameter, to keep it out of the default path's registers).
 __shared__ const int32_t* g_pf_rec;
@@ -232,12 +242,12 @@ __device__ __forceinline__ Tile load_tile(const KernelParams& p, int32_t i) {
 // kOptPlanSmem: these read the tables copied to shared memory at kernel start. Why: every ld.acquire of a wait
 // invalidates L1, so each plan word read after a wait is an L2 round trip on the stage's critical path.
 __device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b) {
-  if (p.opt & kOptPlanSmem) return p.scratch + reinterpret_cast<const int32_t*>(g_smem)[b];
+  if (OPT(p) & kOptPlanSmem) return p.scratch + reinterpret_cast<const int32_t*>(g_smem)[b];
   return p.scratch + __ldg(p.plan + p.h.buffers_offset + b * kBufferWords);
 }
 
 __device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {
-  if (p.opt & kOptPlanSmem) return reinterpret_cast<const int32_t*>(g_smem)[p.h.num_buffers + w];
+  if (OPT(p) & kOptPlanSmem) return reinterpret_cast<const int32_t*>(g_smem)[p.h.num_buffers + w];
   return __ldg(p.plan + p.h.weight_shapes_offset + 2 * w + 1);
 }
 
@@ -420,7 +430,7 @@ __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, 
         off = __ldg(w + 2);
       }
       const uint32_t target = (epoch + static_cast<uint32_t>(off)) * static_cast<uint32_t>(count);
-      ok = (kAhead && (p.opt & kOptPollAhead) ? wait_counter_ahead(p, c, target, worker, tile, step)
+      ok = (kAhead && (OPT(p) & kOptPollAhead) ? wait_counter_ahead(p, c, target, worker, tile, step)
                                                 : wait_counter(p, c, target, worker, tile, step, pc))
                ? 1
                : 0;
@@ -433,7 +443,7 @@ __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, 
 __device__ __forceinline__ void signal_tile(const KernelParams& p, const Tile& t) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (!(p.opt & kOptNoFence)) __threadfence();
+    if (!(OPT(p) & kOptNoFence)) __threadfence();
     red_release_add(counter_ptr(p, t.signal), 1u);
   }
 }
@@ -474,7 +484,7 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
     case kOpLmhead: {
       const int64_t cols = weight_cols(p, t.weight);
       int64_t rows = t.row_end - t.row_begin, skip = 0;
-      if ((p.opt & kOptStageWeights) && (p.opt & kOptPrefetchPastStage) && cols / 8 <= 32 * kUnroll) {
+      if ((OPT(p) & kOptStageWeights) && (OPT(p) & kOptPrefetchPastStage) && cols / 8 <= 32 * kUnroll) {
         // The staged first batches cover whole rows here (no k-split beyond one batch): rows of the first
         // kWarps units are in shared memory already, so the prefetch window starts after them.
         const int64_t units = t.op == kOpGateup ? rows : (rows + 1) / 2;
@@ -511,7 +521,7 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
 // h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
 __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
                                 float* red) {
-  if ((p.opt & kOptNormRegs) && n <= kThreads * kNormRegs) {
+  if ((OPT(p) & kOptNormRegs) && n <= kThreads * kNormRegs) {
     // One read of x (and w) into registers: one L2 round trip instead of two. Same order of operations.
     float xv[kNormRegs], wv[kNormRegs];
 #pragma unroll
@@ -1614,7 +1624,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   // the staged first chunk when first_local).
   // One signed element offset from the current buffer to the other (smem_layout keeps vbuf2 - vbuf = kbuf2 - kbuf;
   // one register, not two pointers: the kernel is at its 128-register bound); 0 = single buffer.
-  int kv_delta = (p.opt & kOptAttnDoubleBuffer) && L.kbuf2 >= 0 ? (L.kbuf2 - L.kbuf) / 2 : 0;
+  int kv_delta = (OPT(p) & kOptAttnDoubleBuffer) && L.kbuf2 >= 0 ? (L.kbuf2 - L.kbuf) / 2 : 0;
   if (kv_delta != 0 && !prestaged && lo < hi)
     attn_issue_chunk(kc, vc, lo, hi - lo < L.chunk ? hi - lo : L.chunk, hd, kb, vb);
   for (int c0 = lo; c0 < hi; c0 += L.chunk) {
@@ -1740,7 +1750,7 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
   float* sf = reinterpret_cast<float*>(smem + L.msf);   // [G][P] exp(m_p - M) / L
   // Warp g: M = max m_p, L = sum l_p exp(m_p - M); scale factors for the o sums.
   for (int g = warp; g < G; g += kWarps) {
-    if ((p.opt & kOptMergeOneTrip) && P <= 32) {
+    if ((OPT(p) & kOptMergeOneTrip) && P <= 32) {
       // One partition per lane: m and l in one L2 round trip (the general loop below takes two: m, then m and l).
       // Same values and order as the general loop: one term per lane, then the same warp reductions.
       float m = -INFINITY, l = 0.f;
@@ -1834,7 +1844,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   if (stage == nullptr) {
     // The stream's instantiation (run only with bit 65536, whose layout has no stage) never stages: compile-time
     // dead code there, which keeps its register allocation free of spills.
-    stage = !kStream && (p.opt & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec
+    stage = !kStream && (OPT(p) & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec
                 ? smem + L.stage
                 : nullptr;
     if (stage != nullptr) stage_first_batch(p, t, stage);
@@ -1845,7 +1855,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     bulk_consume(p, *bc);
     bulk_arm(p, *bc, t, bc->k);
   }
-  const bool attn_pre = t.op == kOpAttn && (p.opt & kOptAttnPrestage);
+  const bool attn_pre = t.op == kOpAttn && (OPT(p) & kOptAttnPrestage);
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
   // A local MERGE's inputs are this block's shared memory: nothing to wait for.
   if (!local_merge && !wait_tile<kExp>(p, t, sc.epoch, worker, ti, sc.step, rec, pc)) {
@@ -1853,7 +1863,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     return false;
   }
   TILES_MARK(kTimeWaited);
-  if (kExp && (p.opt & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid < 32 && g_pf_rec != nullptr)
+  if (kExp && (OPT(p) & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid < 32 && g_pf_rec != nullptr)
     prefetch_rows(p, load_tile_rec(g_pf_rec), kWarps * kStageBytesPerWarp);
   uint16_t* vec = reinterpret_cast<uint16_t*>(smem + L.vec);
   float* red = reinterpret_cast<float*>(smem + L.red);
@@ -1884,7 +1894,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     case kOpResid: {
       const int32_t cols = weight_cols(p, t.weight);
       float* rsd = reinterpret_cast<float*>(smem + L.rsd);
-      const bool resid_smem = t.op == kOpResid && (p.opt & kOptResidSmem);
+      const bool resid_smem = t.op == kOpResid && (OPT(p) & kOptResidSmem);
       if (resid_smem) {
         // Issued together with the input vector's loads (one L2 round trip); the copy's barrier publishes them.
         const float* resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
@@ -2020,7 +2030,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   const int32_t worker = blockIdx.x;
   // Only the stream's instantiation sees its bit (the others never run with it): its layout code is dead there.
   const SmemLayout L =
-      smem_layout(p.h, kStream ? p.opt : (p.opt & ~kOptStream), p.stream_stages, p.stream_stage_bytes);
+      smem_layout(p.h, kStream ? OPT(p) : (OPT(p) & ~kOptStream), p.stream_stages, p.stream_stage_bytes);
 
   if (tid == 0) {
     int bad = 0;
@@ -2065,12 +2075,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   if (tend == tbeg) return;
   const int32_t* wtiles = p.plan + p.h.worker_tiles_offset;
   int32_t steps_done = p.num_steps;
-  const bool plan_local = (p.opt & kOptPlanSmem) && load_plan_smem(p, L, tbeg, tend);
+  const bool plan_local = (OPT(p) & kOptPlanSmem) && load_plan_smem(p, L, tbeg, tend);
   const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
   // The weight ring needs the tile records in shared memory (its producer walks them for every batch).
-  const bool use_ring = kRing && (p.opt & kOptWeightRing) && plan_local;
+  const bool use_ring = kRing && (OPT(p) & kOptWeightRing) && plan_local;
   // No stage with the stream (its instantiation runs only with bit 65536: compile-time dead code there).
-  const bool bulk = !kStream && (p.opt & kOptBulkStage) != 0 && !use_ring;
+  const bool bulk = !kStream && (OPT(p) & kOptBulkStage) != 0 && !use_ring;
   // kOptStageAhead: the slot (0/1) of the next staged tile and the index of the tile staged there (-1: none).
   int32_t ahead_slot = 0, ahead_k = -1;
   PollCursor pcur;  // kOptPollPrefetch (thread 0 uses it; every thread computes the same target)
@@ -2090,7 +2100,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   }
   RingCtx* ring = use_ring ? &rg : nullptr;
   // kOptStream: the host refuses a layout without two stages; a worker whose records are not local streams nothing.
-  const bool use_stream = kStream && (p.opt & kOptStream) && plan_local && L.sstages >= 2;
+  const bool use_stream = kStream && (OPT(p) & kOptStream) && plan_local && L.sstages >= 2;
   StreamCtx& stc = *reinterpret_cast<StreamCtx*>(smem + L.sslots + L.sstages * sizeof(StreamSlot));
   uint32_t stream_n = 0u;
   if (use_stream) {
@@ -2212,7 +2222,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     // whether partition 0 holds every position of this step.
     int32_t attn0_key = 0;
     bool attn0_all = false;
-    if (p.opt & kOptLocalMerge) {
+    if (OPT(p) & kOptLocalMerge) {
       int32_t lo0, hi0;
       attn_partition_range(static_cast<int32_t>(sc.pos + 1), 0, p.h.attn_partitions, p.h.attn_granule,
                            p.h.attn_single, &lo0, &hi0);
@@ -2224,7 +2234,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       const int32_t key = t.layer * 1024 + t.aux0 + 1;
       const bool local_merge = attn0_all && t.op == kOpMerge && attn0_key == key;
       attn0_key = t.op == kOpAttn && t.aux1 == 0 ? key : 0;
-      if (kPoll && (p.opt & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid == 0) {
+      if (kPoll && (OPT(p) & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid == 0) {
         g_pf_rec = nullptr;  // read by warp 0 after the tile's wait (its barrier publishes this)
         for (int32_t j = k + 1; plan_local && j < tend; ++j) {
           if (op_is_matvec(op_k(j))) {
@@ -2254,7 +2264,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         bc.k2 = -1;
         bc.rec2 = nullptr;
         bc.tile2 = -1;
-        if (op_is_matvec(t.op) && !(p.opt & kOptBulkNoAhead)) {
+        if (op_is_matvec(t.op) && !(OPT(p) & kOptBulkNoAhead)) {
           for (int32_t j = k + 1; j < tend; ++j) {
             if (op_is_matvec(op_k(j))) {
               bc.k2 = j;
@@ -2287,7 +2297,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         }
       }
       PollCursor* pc = nullptr;
-      if (kPoll && (p.opt & kOptPollPrefetch) && (t.op == kOpAttn || t.op == kOpMerge || t.op == kOpResid)) {
+      if (kPoll && (OPT(p) & kOptPollPrefetch) && (t.op == kOpAttn || t.op == kOpMerge || t.op == kOpResid)) {
         // The latency-bound stages before this layer's GATEUP (a RESID tile followed by QKV is a DOWN tile: no
         // GATEUP of its layer follows, so nothing is prefetched then).
         if (pcur.k <= k) {

@@ -226,6 +226,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   const int64_t opt = env_int("TILES_KERNEL_OPT", cuda::kOptDefault);
   TORCH_CHECK(opt >= 0 && (opt & ~int64_t(cuda::kOptAll)) == 0, "tiles::decode_step (CUDA): TILES_KERNEL_OPT=", opt,
               " has bits outside ", cuda::kOptAll, " (bitmask of the kernel's latency options, decode_kernel.h)");
+#ifdef TILES_LEAN_OPT
+  TORCH_CHECK(opt == TILES_LEAN_OPT, "tiles::decode_step (CUDA): this is an experiment build with the kernel options "
+              "fixed at ", TILES_LEAN_OPT, " (TILES_LEAN_OPT); TILES_KERNEL_OPT=", opt, " needs a build without it");
+#endif
   int32_t stream_stages = 0, stream_stage_bytes = 0, stream_probe = 0, stream_piece = 0;
   if (opt & cuda::kOptStream) {  // read only when the stream runs
     const int64_t v = env_int("TILES_STREAM_STAGES", 0);

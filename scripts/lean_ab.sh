@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The codegen tax (docs/perf-log.md v26), one device call (~4-5 min): run from the repository root on the GPU machine.
+# Normal build -> lean build (TILES_LEAN_OPT=25183: every non-default option compiled out) -> normal build again;
+# opt_ab of 25183 in each, and the lean build's bits against the normal build's. Leaves the normal build installed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
+t0=$(date +%s)
+build() {  # lean value or empty
+  rm -rf build tiles_ext/_C*.so
+  TILES_LEAN_OPT=$1 python3 -m pip install --no-build-isolation --no-deps -q -e . > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
+  echo "build '$1' t=$(( $(date +%s) - t0 ))"
+}
+ab() {  # tag
+  TILES_KERNEL_OPT=25183 timeout 120 python3 scripts/opt_ab.py --rounds 1 --opts "25183" \
+    --models "llama-3.2-1b:32,4064;smollm2-135m:32" 2>&1 | grep -v Warning | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1//"
+}
+build ""
+timeout 90 python3 scripts/lean_check.py save /tmp/ref.pt 2>&1 | tail -1
+ab normal
+build 25183
+timeout 90 python3 scripts/lean_check.py compare /tmp/ref.pt 2>&1 | tail -2
+ab lean
+build ""
+ab normal2
+echo "t=$(( $(date +%s) - t0 ))"

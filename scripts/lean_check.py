@@ -1,0 +1,34 @@
+"""TILES_LEAN_OPT experiment (scripts/lean_ab.sh): runs the op for 16 steps on fixed random inputs and saves, or
+compares against, the logits and tokens; the lean build must give the normal build's bits.
+Usage: python scripts/lean_check.py save|compare FILE"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_check import Op  # noqa: E402
+
+from tiles_ext.models import load_config, random_model  # noqa: E402
+from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
+
+mode, path = sys.argv[1], sys.argv[2]
+out = {}
+for name in ("smollm2-135m", "llama-3.2-1b"):
+    cfg = load_config(name)
+    model = random_model(cfg, device="cuda", seed=0)
+    plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
+                      gpu=GpuTarget.of_device("cuda"))
+    torch.manual_seed(0)
+    op = Op(model, plan, 512)  # its KV cache is random (seeded above)
+    op.pos.fill_(40)
+    logits, tokens = op(16)
+    out[name] = (logits.cpu(), tokens.cpu())
+if mode == "save":
+    torch.save(out, path)
+    print("saved", path)
+else:
+    ref = torch.load(path)
+    for name, (l, t) in out.items():
+        same = torch.equal(l.view(torch.int32), ref[name][0].view(torch.int32)) and torch.equal(t, ref[name][1])
+        print(name, "BIT-IDENTICAL" if same else "DIFFERENT", float((l - ref[name][0]).abs().max()))
