@@ -57,7 +57,7 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   if (const char* a = std::getenv("TILES_POLL_PREFETCH_BYTES")) p.poll_piece = std::atoi(a);
   if (const char* a = std::getenv("TILES_POLL_PREFETCH_CAP")) p.poll_cap = std::atoi(a);
   if (p.poll_piece < 16 || p.poll_piece % 16 != 0) return -4;
-  p.poll_gap = 256;
+  p.poll_gap = 0;
   if (const char* a = std::getenv("TILES_POLL_GAP")) p.poll_gap = std::atoi(a);
   if (const char* a = std::getenv("TILES_POLL_FENCE")) p.poll_fence = std::atoi(a) != 0;
   if (const char* a = std::getenv("TILES_STREAM_STAGES")) p.stream_stages = std::atoi(a);

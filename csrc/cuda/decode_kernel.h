@@ -125,7 +125,7 @@ constexpr int32_t kOptPrefetchAfterAttn = 32768;
 // next fill (0.6 us), so one warp was last to release every stage and issued every fill; with the preparation
 // moved to the first release, 13% slower than the plain path (1.05 against 0.93 ms, Llama-1B, context 32).
 constexpr int32_t kOptStream = 65536;
-// Thread 0 polls a short counter with three relaxed loads in flight, TILES_POLL_GAP SM cycles apart (default 256),
+// Thread 0 polls a short counter with three relaxed loads in flight, TILES_POLL_GAP SM cycles apart (default 0),
 // instead of one acquire load per L2 round trip (decode_kernel.cu wait_counter_ahead says why and what orders the
 // reads; TILES_POLL_FENCE=1 adds an acquire fence after the detection). PollPrefetch's instantiation. Measured
 // (docs/perf-log.md v26): -1.3% (SmolLM2) / -1.6% (Llama-1B) at gap 0 against that instantiation with plain polling,
