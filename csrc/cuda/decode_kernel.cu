@@ -1408,9 +1408,10 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
       cp_async_wait_all();
     }
   }
-#ifdef TILES_MARK_SPLIT
-  // Timing experiment (tile_timing.py with TILES_TIMING_DEFINES=-DTILES_MARK_SPLIT): a matvec tile's main phase
-  // ends once thread 0's staged copies have landed; the arithmetic, sums and stores fall into the epilogue.
+#if defined(TILES_MARK_SPLIT) && TILES_MARK_SPLIT == 1
+  // Timing experiment (tile_timing.py with TILES_TIMING_DEFINES=-DTILES_MARK_SPLIT[=1|2|3]): a matvec tile's main
+  // phase ends where the split says, the rest falls into the epilogue. 1: thread 0's staged copies have landed;
+  // 2: its warp's first item's arithmetic is done; 3: and its warp sums (perf log v25).
   TILES_MARK(kTimePhase2);
 #endif
   const uint8_t* bstage = bc != nullptr && bc->armed == bc->k ? bc->stage : nullptr;
@@ -1477,8 +1478,14 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
         next_done = true;
       }
     }
+#if defined(TILES_MARK_SPLIT) && TILES_MARK_SPLIT == 2
+    if (item == warp) TILES_MARK(kTimePhase2);
+#endif
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
+#if defined(TILES_MARK_SPLIT) && TILES_MARK_SPLIT == 3
+    if (item == warp) TILES_MARK(kTimePhase2);
+#endif
     if (lane == 0) {
       if (m.ksplit == 1) {
         emit(o, it.unit, a0, a1);
