@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The codegen tax (docs/perf-log.md v26), one device call (~4-5 min): run from the repository root on the GPU machine.
+# The codegen tax (docs/perf-log.md v26), one device call (~5-6 min): run from the repository root on the GPU machine.
 # Normal build -> lean build (TILES_LEAN_OPT=25183: every non-default option compiled out) -> normal build again;
-# opt_ab of 25183 in each, and the lean build's bits against the normal build's. Leaves the normal build installed.
+# opt_ab of 25183 in each, and the lean build's bits against the normal build's; then the PollPrefetch
+# instantiation's experiments against its own baseline. Leaves the normal build installed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
@@ -11,8 +12,8 @@ build() {  # lean value or empty
   TILES_LEAN_OPT=$1 python3 -m pip install --no-build-isolation --no-deps -q -e . > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
   echo "build '$1' t=$(( $(date +%s) - t0 ))"
 }
-ab() {  # tag
-  TILES_KERNEL_OPT=25183 timeout 120 python3 scripts/opt_ab.py --rounds 1 --opts "25183" \
+ab() {  # tag [opts]
+  timeout 150 python3 scripts/opt_ab.py --rounds 1 --opts "${2:-25183}" \
     --models "llama-3.2-1b:32,4064;smollm2-135m:32" 2>&1 | grep -v Warning | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1//"
 }
 build ""
@@ -22,5 +23,7 @@ build 25183
 timeout 90 python3 scripts/lean_check.py compare /tmp/ref.pt 2>&1 | tail -2
 ab lean
 build ""
-ab normal2
+# The PollPrefetch instantiation's experiments against its own baseline (nothing enabled): v12 PollPrefetch (4096),
+# v16 PrefetchAfterAttn (32768), v26 PollAhead (131072).
+ab normal2 "25183,29279@TILES_POLL_PREFETCH_CAP=0,29279,57951,156255"
 echo "t=$(( $(date +%s) - t0 ))"
