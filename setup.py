@@ -83,14 +83,10 @@ def _use_system_compiler():
 _use_system_compiler()
 
 
-def _kunroll() -> list[tuple[str, str]]:
-    v = os.environ.get("TILES_KUNROLL")
-    return [("TILES_KUNROLL", str(int(v)))] if v else []
-
-
-def _lean_opt() -> list[tuple[str, str]]:
-    v = os.environ.get("TILES_LEAN_OPT")
-    return [("TILES_LEAN_OPT", str(int(v)))] if v else []
+def _int_knob(name: str) -> list[tuple[str, str]]:
+    """An integer build-time experiment knob (TILES_KUNROLL, TILES_LEAN_OPT) passed as the macro of its name."""
+    v = os.environ.get(name)
+    return [(name, str(int(v)))] if v else []
 
 
 def _extension():
@@ -111,8 +107,9 @@ def _extension():
         nvcc = (["-O0", "-g", "-G"] if debug else ["-O3"]) + NVCC_COMMON + _gencode_flags(arch_list)
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
+        knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT")
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
-                             define_macros=[("TILES_WITH_CUDA", "1")] + _kunroll() + _lean_opt(),
+                             define_macros=[("TILES_WITH_CUDA", "1")] + knobs,
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc})
     why = ("TILES_FORCE_CPU=1" if os.environ.get("TILES_FORCE_CPU") == "1"
            else "torch has no CUDA" if torch.version.cuda is None else "no CUDA toolkit (CUDA_HOME unset)")

@@ -338,6 +338,18 @@ __device__ __forceinline__ void poll_prefetch(const KernelParams& p, PollCursor*
   pc->off += n;
 }
 
+// A counter wait's periodic check: true when it must give up (another worker raised an error, or this wait ran
+// past p.timeout_ns: the timeout is raised here with the value last seen).
+__device__ __forceinline__ bool wait_gives_up(const KernelParams& p, uint64_t t0, int32_t c, uint32_t seen,
+                                              uint32_t target, int32_t worker, int32_t tile, int32_t step) {
+  if (ld_relaxed(p.state + kStateError) != 0u) return true;
+  if (global_ns() - t0 > p.timeout_ns) {
+    raise_error(p, kErrorWaitTimeout, worker, tile, step, c, seen, target);
+    return true;
+  }
+  return false;
+}
+
 // Thread-level bounded wait until (int32)(counter - target) >= 0. False on timeout (error raised here) or when
 // another worker has raised an error (this worker must then exit). `pc`: kOptPollPrefetch's cursor or null.
 __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, int32_t worker, int32_t tile,
@@ -351,11 +363,7 @@ __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, 
     v = ld_acquire(ctr);
     if (static_cast<int32_t>(v - target) >= 0) return true;
     if ((iter & 15u) == 0u) {
-      if (ld_relaxed(p.state + kStateError) != 0u) return false;
-      if (global_ns() - t0 > p.timeout_ns) {
-        raise_error(p, kErrorWaitTimeout, worker, tile, step, c, v, target);
-        return false;
-      }
+      if (wait_gives_up(p, t0, c, v, target, worker, tile, step)) return false;
       if (iter > 2048u) __nanosleep(128);
     }
   }
@@ -395,13 +403,7 @@ __device__ bool wait_counter_ahead(const KernelParams& p, int32_t c, uint32_t ta
     pause();
     if (static_cast<int32_t>(d - target) >= 0) break;
     d = ld_relaxed(ctr);
-    if ((iter & 15u) == 0u) {
-      if (ld_relaxed(p.state + kStateError) != 0u) return false;
-      if (global_ns() - t0 > p.timeout_ns) {
-        raise_error(p, kErrorWaitTimeout, worker, tile, step, c, d, target);
-        return false;
-      }
-    }
+    if ((iter & 15u) == 0u && wait_gives_up(p, t0, c, d, target, worker, tile, step)) return false;
   }
   if (p.poll_fence) __threadfence();
   return true;
