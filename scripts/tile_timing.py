@@ -3,7 +3,8 @@
 
     python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--opts 0,607] [--json PATH]
 
-Builds csrc/cuda/decode_kernel.cu with -DTILES_TILE_TIMING=1 plus scripts/tile_timing_launch.cu into a shared
+Builds csrc/cuda/decode_kernel.cu and decode_kernel_default.cu with -DTILES_TILE_TIMING=1 plus
+scripts/tile_timing_launch.cu into a shared
 library (nvcc, ~20 s; the product extension has no timing code), runs `steps` tokens of a random-weight model on
 the plan, and reads %globaltimer at six points of every tile: start (before staging and the wait), wait done,
 signalled, and three phase marks (decode_kernel.h kTileTimes). For each stage (all tiles of one op in one layer) it
@@ -52,7 +53,8 @@ def build_lib(out_dir: Path) -> Path:
     defines = os.environ.get("TILES_TIMING_DEFINES", "").split()
     tag = ("_u" + unroll if unroll else "") + "".join("_" + d.lstrip("-D").lower() for d in defines)
     lib = out_dir / f"libtiles_timing{tag}.so"
-    srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "scripts/tile_timing_launch.cu"]
+    srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "csrc/cuda/decode_kernel_default.cu",
+            ROOT / "scripts/tile_timing_launch.cu"]
     deps = srcs + [ROOT / "csrc/cuda/decode_kernel.h", ROOT / "csrc/generated/plan_format.h"]
     if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in deps):
         return lib

@@ -78,7 +78,11 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   const int32_t smem = L.total;
   cudaError_t e = decode_set_smem_limit(smem);
   if (e != cudaSuccess) return 1000 + static_cast<int>(e);
-  e = launch_decode(p, 0);
+  // As the op: the default option set on its own compilation (decode_kernel_default.cu), unless
+  // TILES_GENERIC_KERNEL=1.
+  const char* generic = std::getenv("TILES_GENERIC_KERNEL");
+  const bool dflt = opt == kOptDefault && !(generic != nullptr && std::atoi(generic) != 0);
+  e = dflt ? launch_decode_default(p, 0) : launch_decode(p, 0);
   if (e != cudaSuccess) return 2000 + static_cast<int>(e);
   e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return 3000 + static_cast<int>(e);

@@ -252,7 +252,9 @@ OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 |
             2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095, 4096, 607 | 4096, 8191, 8192, 16384,
             607 | 8192, 607 | 16384, 607 | 8192 | 16384, 607 | 4096 | 8192 | 16384, 32767, 32768, 25183 | 32768,
             65535, 65536, 16 | 65536, 607 | 65536, 25183 | 65536, 1023 | 2048 | 65536, 131071,
-            131072, 25183 | 131072)
+            131072, 25183 | 131072, 25183, "25183-generic")
+# 25183 is kOptDefault: the host launches it on its own compilation (decode_kernel_default.cu, option bits as
+# constants); "25183-generic" runs the same set on the runtime-options kernel (TILES_GENERIC_KERNEL=1).
 
 
 @pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700), (None, 124)],
@@ -289,7 +291,8 @@ def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
     for opt in OPT_SETS:
         for x, x0 in zip(k + v, k0 + v0):
             x.copy_(x0)  # the same cache for every option (each run appends 8 rows)
-        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
+        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt).split("-")[0])
+        monkeypatch.setenv("TILES_GENERIC_KERNEL", "1" if str(opt).endswith("generic") else "0")
         b = Bound(model, plan)
         out[opt] = b.step(k, v, tok0, pos0, num_steps=8)
         check_state(b.rt.state, plan)

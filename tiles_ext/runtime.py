@@ -38,7 +38,8 @@ class TileRuntime:
         self.device = torch.device(device)
         self.header = plan.header_words()
         self.plan_tensor = torch.from_numpy(plan.to_blob()).to(self.device)
-        self.scratch = torch.zeros(plan.header["scratch_bytes"], dtype=torch.uint8, device=self.device)
+        # Twice the plan's arena: a TILES_FLAGS experiment build stores every element with its epoch (a few MB).
+        self.scratch = torch.zeros(2 * plan.header["scratch_bytes"], dtype=torch.uint8, device=self.device)
         self.state = torch.zeros(plan.header["state_words"], dtype=torch.int32, device=self.device)
 
     def step(self, weights, k_cache, v_cache, input_ids, position, inv_freq, rope_scale: float, num_steps: int = 1,

@@ -28,7 +28,9 @@ extern __shared__ __align__(16) uint8_t g_smem[];
 // TILES_TILE_TIMING builds: the current tile's timestamps (thread 0 writes the pointer and the marks), so that the
 // phase marks inside attn_tile / merge_tile need no parameter. The product build compiles the marks to nothing.
 #if TILES_TILE_TIMING
+namespace {
 __shared__ unsigned long long* g_tile_times;
+}
 #define TILES_MARK(i)                                                                          \
   do {                                                                                         \
     if (threadIdx.x == 0 && g_tile_times != nullptr) g_tile_times[(i)] = global_ns();         \
@@ -49,9 +51,19 @@ __shared__ unsigned long long* g_tile_times;
 #define OPT(p) ((p).opt)
 #endif
 
+// TILES_FLAGS (a build-time experiment knob, setup.py): hand-offs by flag-in-data words instead of counters
+// (flag_data.cuh, perf log v28).
+#ifdef TILES_FLAGS
+constexpr bool kFlags = true;
+#else
+constexpr bool kFlags = false;
+#endif
+
 // kOptPrefetchAfterAttn: the local plan record of the matvec tile after the running ATTN tile (set by thread 0 before
 // the tile; a shared variable rather than a parameter, to keep it out of the default path's registers).
-__shared__ const int32_t* g_pf_rec;
+namespace {
+__shared__ const int32_t* g_pf_rec;  // internal: decode_kernel_default.cu compiles this file again
+}
 
 namespace {
 
@@ -241,9 +253,11 @@ __device__ __forceinline__ Tile load_tile(const KernelParams& p, int32_t i) {
 
 // kOptPlanSmem: these read the tables copied to shared memory at kernel start. Why: every ld.acquire of a wait
 // invalidates L1, so each plan word read after a wait is an L2 round trip on the stage's critical path.
+// TILES_FLAGS builds: every offset doubled (each element carries its epoch; flag_data.cuh).
 __device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b) {
-  if (OPT(p) & kOptPlanSmem) return p.scratch + reinterpret_cast<const int32_t*>(g_smem)[b];
-  return p.scratch + __ldg(p.plan + p.h.buffers_offset + b * kBufferWords);
+  const int64_t off = (OPT(p) & kOptPlanSmem) ? reinterpret_cast<const int32_t*>(g_smem)[b]
+                                              : __ldg(p.plan + p.h.buffers_offset + b * kBufferWords);
+  return p.scratch + (kFlags ? 2 * off : off);
 }
 
 __device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {
@@ -319,6 +333,37 @@ __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker,
     p.state[kStateErrorWanted] = wanted;
     __threadfence();
   }
+}
+
+#ifdef TILES_FLAGS
+#include "cuda/flag_data.cuh"
+#endif
+
+// Scratch-buffer element access: flagged words in TILES_FLAGS builds (flag_data.cuh, perf log v28), plain otherwise.
+// get_f32 / get_bf16 read an element produced in this launch (ld.cg: L2, never a stale L1 line; flagged: polled
+// until it carries `epoch`).
+__device__ __forceinline__ void put_f32(float* b, int64_t i, float v, uint32_t epoch) {
+#ifdef TILES_FLAGS
+  st_flag_f32(b, i, v, epoch);
+#else
+  b[i] = v;
+#endif
+}
+
+__device__ __forceinline__ void put_bf16(uint16_t* b, int64_t i, uint16_t v, uint32_t epoch) {
+#ifdef TILES_FLAGS
+  st_flag_bf16(b, i, v, epoch);
+#else
+  b[i] = v;
+#endif
+}
+
+__device__ __forceinline__ float get_f32(const KernelParams& p, const float* b, int64_t i, uint32_t epoch) {
+#ifdef TILES_FLAGS
+  return fl_get_f32(p, b, i, epoch);
+#else
+  return __ldcg(b + i);
+#endif
 }
 
 // kOptPollPrefetch: thread 0's cursor over the rows of the GATEUP tile to prefetch while it polls (a: gate rows,
@@ -521,15 +566,27 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
 // Input vectors of matvec tiles (into shared memory, bf16)
 // ---------------------------------------------------------------------------------------------------------------
 // h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
+// `epoch`: the step's (TILES_FLAGS builds poll x's words until they carry it).
 __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
-                                float* red) {
-  if ((OPT(p) & kOptNormRegs) && n <= kThreads * kNormRegs) {
+                                float* red, uint32_t epoch) {
+  if ((kFlags || (OPT(p) & kOptNormRegs)) && n <= kThreads * kNormRegs) {
     // One read of x (and w) into registers: one L2 round trip instead of two. Same order of operations.
     float xv[kNormRegs], wv[kNormRegs];
+#ifdef TILES_FLAGS
+    {
+      int64_t idx[kNormRegs];
+#pragma unroll
+      for (int k = 0; k < kNormRegs; ++k) {
+        const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+        idx[k] = i < n ? i : -1;
+      }
+      fl_read_f32<kNormRegs>(p, x, idx, epoch, xv);  // skipped elements read 0
+    }
+#endif
 #pragma unroll
     for (int k = 0; k < kNormRegs; ++k) {
       const int i = threadIdx.x + k * kThreads;
-      xv[k] = i < n ? __ldcg(x + i) : 0.f;
+      if (!kFlags) xv[k] = i < n ? __ldcg(x + i) : 0.f;
       wv[k] = i < n ? bf2f(__ldg(w + i)) : 0.f;
     }
     float ss = 0.f;
@@ -548,23 +605,37 @@ __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uin
   }
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = __ldcg(x + i);
+    const float v = get_f32(p, x, i, epoch);
     ss = fmaf(v, v, ss);
   }
   const float total = block_sum(ss, red);
   const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
   for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = __ldcg(x + i);
+    const float v = get_f32(p, x, i, epoch);
     h[i] = f2bf(round_bf(v * r) * bf2f(__ldg(w + i)));
   }
   __syncthreads();
 }
 
-__device__ void copy_bf16_to_smem(const uint16_t* src, int n, uint16_t* h) {
+__device__ void copy_bf16_to_smem(const KernelParams& p, const uint16_t* src, int n, uint16_t* h, uint32_t epoch) {
   const int chunks = n / 8;  // n % 8 == 0 (checked on the host)
-  const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(h);
+#ifdef TILES_FLAGS
+  // Four chunks per thread in flight at once (a loop of single polls would pay one round trip per chunk).
+  for (int i0 = threadIdx.x; i0 < chunks; i0 += 4 * kThreads) {
+    int32_t c[4];
+    uint4 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) c[k] = i0 + k * kThreads < chunks ? i0 + k * kThreads : -1;
+    fl_read_bf16x8<4>(p, src, c, epoch, v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (c[k] >= 0) d[c[k]] = v[k];
+  }
+#else
+  const uint4* s = reinterpret_cast<const uint4*>(src);
   for (int i = threadIdx.x; i < chunks; i += kThreads) d[i] = __ldcg(s + i);
+#endif
   __syncthreads();
 }
 
@@ -582,23 +653,24 @@ struct MatvecOut {
   const float* resid;   // RESID in2
   const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory (kOptResidSmem) or null
   float* logits;        // LMHEAD row of this step
+  uint32_t epoch;       // the step's (flagged stores and reads of TILES_FLAGS builds)
 };
 
 __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0, float a1) {
   switch (o.op) {
     case kOpQkv: {
       const int32_t r = o.row_begin + 2 * unit;
-      o.out_bf16[o.out_offset + (r - o.row_begin)] = f2bf(a0);
-      if (r + 1 < o.row_end) o.out_bf16[o.out_offset + (r + 1 - o.row_begin)] = f2bf(a1);
+      put_bf16(o.out_bf16, o.out_offset + (r - o.row_begin), f2bf(a0), o.epoch);
+      if (r + 1 < o.row_end) put_bf16(o.out_bf16, o.out_offset + (r + 1 - o.row_begin), f2bf(a1), o.epoch);
       break;
     }
     case kOpResid: {
       const int32_t r = o.row_begin + 2 * unit;
       const int32_t i0 = o.out_offset + (r - o.row_begin);
       if (o.resid_smem != nullptr) {
-        o.out_f32[i0] = o.resid_smem[r - o.row_begin] + a0;
-        if (r + 1 < o.row_end) o.out_f32[i0 + 1] = o.resid_smem[r + 1 - o.row_begin] + a1;
-      } else {
+        put_f32(o.out_f32, i0, o.resid_smem[r - o.row_begin] + a0, o.epoch);
+        if (r + 1 < o.row_end) put_f32(o.out_f32, i0 + 1, o.resid_smem[r + 1 - o.row_begin] + a1, o.epoch);
+      } else if (!kFlags) {  // TILES_FLAGS builds run only with kOptResidSmem (the host checks)
         o.out_f32[i0] = __ldcg(o.resid + i0) + a0;
         if (r + 1 < o.row_end) o.out_f32[i0 + 1] = __ldcg(o.resid + i0 + 1) + a1;
       }
@@ -607,7 +679,7 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
     case kOpGateup: {
       const int32_t r = o.row_begin + unit;
       const float silu = a0 / (1.0f + expf(-a0));
-      o.out_bf16[o.out_offset + (r - o.row_begin)] = f2bf(silu * a1);
+      put_bf16(o.out_bf16, o.out_offset + (r - o.row_begin), f2bf(silu * a1), o.epoch);
       break;
     }
     case kOpLmhead: {
@@ -1556,7 +1628,7 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
 
 // `prestaged`: attn_prestage ran before the wait (RoPE tables ready, chunk 1 rows < pos in flight by cp.async).
 __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L,
-                          bool prestaged) {
+                          bool prestaged, uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
   const int kvh = t.aux0, part = t.aux1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1588,7 +1660,14 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     // q is tiny: read through L2 directly (written by QKV tiles of this launch). rotate_half: pairs (d, d +- hd/2).
     const int half = hd / 2;
     const int dp = d < half ? d + half : d - half;
+#ifdef TILES_FLAGS
+    const int64_t qi[2] = {qh * hd + d, qh * hd + dp};
+    uint16_t qv[2];
+    fl_read_bf16<2>(p, q, qi, epoch, qv);
+    const float x = bf2f(qv[0]), xp = bf2f(qv[1]);
+#else
     const float x = bf2f(__ldcg(q + qh * hd + d)), xp = bf2f(__ldcg(q + qh * hd + dp));
+#endif
     qf[g * (hd + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
     of[i] = 0.f;
   }
@@ -1602,9 +1681,19 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     const int half = hd / 2;
     auto new_row = [&](int d) {
       const int dp = d < half ? d + half : d - half;
+#ifdef TILES_FLAGS
+      const int64_t ki[2] = {kvh * hd + d, kvh * hd + dp}, vi[1] = {kvh * hd + d};
+      uint16_t kv2[2], vv1[1];
+      fl_read_bf16<2>(p, knew, ki, epoch, kv2);
+      fl_read_bf16<1>(p, vnew, vi, epoch, vv1);
+      const float x = bf2f(kv2[0]), xp = bf2f(kv2[1]);
+      const uint16_t vr = vv1[0];
+#else
       const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
+      const uint16_t vr = __ldcg(vnew + kvh * hd + d);
+#endif
       const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
-      const uint16_t kr = f2bf(r), vr = __ldcg(vnew + kvh * hd + d);
+      const uint16_t kr = f2bf(r);
       kc[pos * hd + d] = kr;
       vc[pos * hd + d] = vr;
       if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
@@ -1746,11 +1835,11 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   for (int i = tid; i < G * (hd + 2); i += kThreads) {
     const int g = i / (hd + 2), k = i - g * (hd + 2);
     const int64_t base = (int64_t(kvh * P + part) * G + g) * (hd + 2);
-    out[base + k] = k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]);
+    put_f32(out, base + k, k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]), epoch);
   }
 }
 
-__device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, const SmemLayout& L) {
+__device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, const SmemLayout& L, uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
   const int kvh = t.aux0;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1763,11 +1852,24 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
       // One partition per lane: m and l in one L2 round trip (the general loop below takes two: m, then m and l).
       // Same values and order as the general loop: one term per lane, then the same warp reductions.
       float m = -INFINITY, l = 0.f;
+#ifdef TILES_FLAGS
+      {
+        const int64_t base = (int64_t(kvh * P + lane) * G + g) * (hd + 2);
+        const int64_t idx[2] = {lane < P ? base : -1, lane < P ? base + 1 : -1};
+        float ml2[2];
+        fl_read_f32<2>(p, part, idx, epoch, ml2);
+        if (lane < P) {
+          m = ml2[0];
+          l = ml2[1];
+        }
+      }
+#else
       const float* r = part + (int64_t(kvh * P + lane) * G + g) * (hd + 2);
       if (lane < P) {
         m = __ldcg(r);
         l = __ldcg(r + 1);
       }
+#endif
       const float M = warp_max(m);
       const float e = m == -INFINITY ? 0.f : expf(m - M);
       const float Ls = warp_sum(l * e);
@@ -1775,15 +1877,16 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
       continue;
     }
     float M = -INFINITY;
-    for (int pp = lane; pp < P; pp += 32) M = fmaxf(M, __ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2)));
+    for (int pp = lane; pp < P; pp += 32)
+      M = fmaxf(M, get_f32(p, part, (int64_t(kvh * P + pp) * G + g) * (hd + 2), epoch));
     M = warp_max(M);
     float Ls = 0.f;
     for (int pp = lane; pp < P; pp += 32) {
-      const float* r = part + (int64_t(kvh * P + pp) * G + g) * (hd + 2);
-      const float m = __ldcg(r);
+      const int64_t r = (int64_t(kvh * P + pp) * G + g) * (hd + 2);  // an element index (flagged words differ)
+      const float m = get_f32(p, part, r, epoch);
       const float e = m == -INFINITY ? 0.f : expf(m - M);
       sf[g * P + pp] = e;
-      Ls += __ldcg(r + 1) * e;
+      Ls += get_f32(p, part, r + 1, epoch) * e;
     }
     Ls = warp_sum(Ls);
     for (int pp = lane; pp < P; pp += 32) sf[g * P + pp] /= Ls;
@@ -1793,11 +1896,28 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
   for (int i = tid; i < G * hd; i += kThreads) {
     const int g = i / hd, d = i - g * hd;
     float acc = 0.f;
+#ifdef TILES_FLAGS
+    // Eight partitions' words in flight at once (a loop of single polls would pay one round trip per partition).
+    for (int pp0 = 0; pp0 < P; pp0 += 8) {
+      int64_t idx[8];
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int pp = pp0 + j;
+        idx[j] = pp < P && sf[g * P + pp] != 0.f ? (int64_t(kvh * P + pp) * G + g) * (hd + 2) + 2 + d : -1;
+      }
+      fl_read_f32<8>(p, part, idx, epoch, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (idx[j] >= 0) acc = fmaf(v[j], sf[g * P + pp0 + j], acc);
+    }
+#else
     for (int pp = 0; pp < P; ++pp) {
       const float e = sf[g * P + pp];
       if (e != 0.f) acc = fmaf(__ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2) + 2 + d), e, acc);
     }
-    out[(kvh * G + g) * hd + d] = f2bf(acc);
+#endif
+    put_bf16(out, (kvh * G + g) * hd + d, f2bf(acc), epoch);
   }
   TILES_MARK(kTimePhase2);
 }
@@ -1805,14 +1925,15 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
 // kOptLocalMerge: the partition-0 ATTN tile of this KV head ran just before on this worker and held every position
 // (the caller checks both), so its o and l are still in shared memory. MERGE's arithmetic for one live partition:
 // M = m, e = 1, scale e / l, out = bf16(fmaf(o, scale, 0)); the same operations, so the same bits.
-__device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t* smem, const SmemLayout& L) {
+__device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t* smem, const SmemLayout& L,
+                            uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads;
   const float* of = reinterpret_cast<const float*>(smem + L.of);
   const float* ml = reinterpret_cast<const float*>(smem + L.ml);
-  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf)) + t.aux0 * G * hd;
+  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
   for (int i = threadIdx.x; i < G * hd; i += kThreads) {
     const float scale = 1.0f / ml[G + i / hd];
-    out[i] = f2bf(fmaf(of[i], scale, 0.f));
+    put_bf16(out, t.aux0 * G * hd + i, f2bf(fmaf(of[i], scale, 0.f)), epoch);
   }
 }
 
@@ -1866,8 +1987,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   }
   const bool attn_pre = t.op == kOpAttn && (OPT(p) & kOptAttnPrestage);
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
-  // A local MERGE's inputs are this block's shared memory: nothing to wait for.
-  if (!local_merge && !wait_tile<kExp>(p, t, sc.epoch, worker, ti, sc.step, rec, pc)) {
+  // A local MERGE's inputs are this block's shared memory: nothing to wait for. TILES_FLAGS builds poll every
+  // scratch input where it is read; only EMBED (the previous step's token, in p.tokens) waits on a counter.
+  if (!local_merge && (!kFlags || t.op == kOpEmbed) && !wait_tile<kExp>(p, t, sc.epoch, worker, ti, sc.step, rec, pc)) {
     if (stage != nullptr || attn_pre) cp_async_wait_all();  // no copy may land in a block that has exited
     return false;
   }
@@ -1894,7 +2016,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       const int64_t tok = *s_tok;
       const uint16_t* row = p.weights[t.weight] + tok * p.h.hidden;
       float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
-      for (int i = tid; i < p.h.hidden; i += kThreads) out[i] = bf2f(__ldg(row + i));
+      for (int i = tid; i < p.h.hidden; i += kThreads) put_f32(out, i, bf2f(__ldg(row + i)), sc.epoch);
       break;
     }
     case kOpQkv:
@@ -1907,13 +2029,14 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       if (resid_smem) {
         // Issued together with the input vector's loads (one L2 round trip); the copy's barrier publishes them.
         const float* resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
-        for (int32_t r = tid; r < t.row_end - t.row_begin; r += kThreads) rsd[r] = __ldcg(resid + t.out_offset + r);
+        for (int32_t r = tid; r < t.row_end - t.row_begin; r += kThreads)
+          rsd[r] = get_f32(p, resid, t.out_offset + r, sc.epoch);
       }
       if (t.op == kOpResid) {
-        copy_bf16_to_smem(reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec);
+        copy_bf16_to_smem(p, reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec, sc.epoch);
       } else {
         rmsnorm_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), p.weights[t.norm], cols, vec,
-                        red);
+                        red, sc.epoch);
       }
       TILES_MARK(kTimePhase1);
       MatvecOut o;
@@ -1926,6 +2049,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       o.resid = nullptr;
       o.resid_smem = resid_smem ? rsd : nullptr;
       o.logits = nullptr;
+      o.epoch = sc.epoch;
       if (t.op == kOpQkv || t.op == kOpGateup) o.out_bf16 = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
       if (t.op == kOpResid) {
         o.out_f32 = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
@@ -1969,21 +2093,21 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
           warp_argmax(bv, bi);
           if (tid == 0) {
             float* part = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
-            part[2 * t.aux0] = bv;
-            reinterpret_cast<int32_t*>(part)[2 * t.aux0 + 1] = bi;
+            put_f32(part, 2 * t.aux0, bv, sc.epoch);
+            put_f32(part, 2 * t.aux0 + 1, __int_as_float(bi), sc.epoch);
           }
         }
       }
       break;
     }
     case kOpAttn:
-      attn_tile(p, t, sc.pos, smem, L, attn_pre);
+      attn_tile(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
       break;
     case kOpMerge:
       if (local_merge) {
-        merge_local(p, t, smem, L);
+        merge_local(p, t, smem, L, sc.epoch);
       } else {
-        merge_tile(p, t, smem, L);
+        merge_tile(p, t, smem, L, sc.epoch);
       }
       break;
     case kOpArgmax: {
@@ -1991,6 +2115,28 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         const float* part = reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf));
         float bv = -INFINITY;
         int32_t bi = INT32_MAX;
+#ifdef TILES_FLAGS
+        // Eight partials per lane in flight at once (value and index words), in the plain loop's order.
+        for (int k0 = tid; k0 < t.aux0; k0 += 8 * 32) {
+          int64_t iv[8], ii[8];
+          float v[8], vi[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int k = k0 + 32 * j;
+            iv[j] = k < t.aux0 ? 2 * k : -1;
+            ii[j] = k < t.aux0 ? 2 * k + 1 : -1;
+          }
+          fl_read_f32<8>(p, part, iv, sc.epoch, v);
+          fl_read_f32<8>(p, part, ii, sc.epoch, vi);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            if (iv[j] >= 0 && better(v[j], __float_as_int(vi[j]), bv, bi)) {
+              bv = v[j];
+              bi = __float_as_int(vi[j]);
+            }
+          }
+        }
+#else
         for (int k = tid; k < t.aux0; k += 32) {
           const float v = __ldcg(part + 2 * k);
           const int32_t i = __ldcg(reinterpret_cast<const int32_t*>(part) + 2 * k + 1);
@@ -1999,6 +2145,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
             bi = i;
           }
         }
+#endif
         warp_argmax(bv, bi);
         if (tid == 0) {
           p.tokens[sc.step] = bi;
@@ -2016,8 +2163,15 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
   }
   TILES_MARK(kTimeDone);
-  signal_tile(p, t);
+  if (!kFlags || t.op == kOpArgmax) {
+    signal_tile(p, t);
+  } else {
+    __syncthreads();  // the next tile's staging reuses this one's shared memory
+  }
   TILES_MARK(kTimeSignalled);
+#ifdef TILES_FLAGS
+  if (g_fl_abort) return false;  // a poll gave up (published by the barrier above)
+#endif
   return true;
 }
 
@@ -2070,6 +2224,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       s_pos0 = pos;
     }
     s_epoch0 = p.state[kStateEpoch];
+#ifdef TILES_FLAGS
+    g_fl_abort = 0;
+#endif
     s_flag = bad;
   }
   __syncthreads();
@@ -2367,6 +2524,34 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   }
 }
 
+#ifdef TILES_DEFAULT_VARIANT
+// decode_kernel_default.cu: the default option set as compile-time constants (TILES_LEAN_OPT = kOptDefault), one
+// instantiation. The host launches it whenever TILES_KERNEL_OPT is the default (decode_step_cuda.cpp).
+cudaError_t decode_default_set_smem_limit(int32_t bytes) {
+  return cudaFuncSetAttribute(decode_kernel<false, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              bytes);
+}
+
+cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<false, false, false, false>, kThreads,
+                                                       smem_bytes);
+}
+
+cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream) {
+  const SmemLayout L = smem_layout(p.h, p.opt, p.stream_stages, p.stream_stage_bytes);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.h.num_workers);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = L.total;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, false>, p);
+}
+#else
 cudaError_t decode_set_smem_limit(int32_t bytes) {
   cudaError_t e =
       cudaFuncSetAttribute(decode_kernel<false, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -2377,12 +2562,14 @@ cudaError_t decode_set_smem_limit(int32_t bytes) {
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(decode_kernel<false, false, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(decode_kernel<true, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(decode_kernel<true, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return decode_default_set_smem_limit(bytes);
 }
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int n[5] = {0, 0, 0, 0, 0};
+  int n[6] = {0, 0, 0, 0, 0, 0};
   cudaError_t e =
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[0], decode_kernel<false, false, false, false>, kThreads, smem_bytes);
   if (e == cudaSuccess)
@@ -2394,8 +2581,9 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
   if (e == cudaSuccess)
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[4], decode_kernel<false, false, false, true>, kThreads,
                                                       smem_bytes);
+  if (e == cudaSuccess) e = decode_default_blocks_per_sm(smem_bytes, &n[5]);
   *blocks = n[0];
-  for (int i = 1; i < 5; ++i)
+  for (int i = 1; i < 6; ++i)
     if (n[i] < *blocks) *blocks = n[i];
   return e;
 }
@@ -2419,6 +2607,8 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
     return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, true, false>, p);
   return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, false>, p);
 }
+
+#endif  // TILES_DEFAULT_VARIANT
 
 }  // namespace cuda
 }  // namespace tiles

@@ -45,6 +45,9 @@ constexpr int kRingCurWords = 16;                    // one RingCur (decode_kern
 // Opt-in shared memory per block on sm_90 (227 KB), less 1 KB for the kernel's static shared variables.
 constexpr int32_t kMaxSmemPerBlock = 227 * 1024 - 1024;
 
+// The error words' counter field when a TILES_FLAGS build's poll of a flagged input word timed out (flag_data.cuh).
+constexpr int32_t kFlagWaitCounter = -2;
+
 // Latency options, a bitmask (TILES_KERNEL_OPT; default kOptDefault; 0 = the v1 path). All verified on the H200
 // on 2026-11-30 (docs/perf-log.md v3). Every option
 // leaves every result bit-identical (same values, same reduction order); tests/test_cuda_kernel.py checks that.
@@ -366,6 +369,14 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks);
 // Launches the persistent kernel (cooperative: all num_workers blocks co-resident) on `stream`. The shared-memory
 // limit must already allow smem_layout(p.h, p.opt).total.
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream);
+
+// The same kernel compiled with the default option set as constants (decode_kernel_default.cu): dead option code
+// costs the default path registers and instruction fetch (perf log v27: 4% on Llama-1B, 11% on SmolLM2), so the
+// host launches this one whenever TILES_KERNEL_OPT is kOptDefault (TILES_GENERIC_KERNEL=1 forces the other).
+// decode_set_smem_limit / decode_blocks_per_sm cover it too.
+cudaError_t decode_default_set_smem_limit(int32_t bytes);
+cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks);
+cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tiles

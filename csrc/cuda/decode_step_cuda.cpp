@@ -94,11 +94,16 @@ void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& s
                                 sizeof(Tile), cudaMemcpyDeviceToHost),
                      "reading the failing tile");
     tile_desc = c10::str("tile ", tile, " (", describe_tile(t), ")");
+  } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == cuda::kFlagWaitCounter) {
+    tile_desc = "a tile's poll of its flagged inputs (TILES_FLAGS build)";
   } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout) {
     tile_desc = "the step-boundary wait for the previous step's token";
   }
   std::string detail;
-  if (w[kStateError] == kErrorWaitTimeout) {
+  if (w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == cuda::kFlagWaitCounter) {
+    detail = c10::str(": a flagged input word carried epoch ", static_cast<uint32_t>(w[kStateErrorSeen]),
+                      ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
+  } else if (w[kStateError] == kErrorWaitTimeout) {
     detail = c10::str(": counter ", w[kStateErrorCounter], " was at ", static_cast<uint32_t>(w[kStateErrorSeen]),
                       ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
   } else if (w[kStateError] == kErrorCacheFull) {
@@ -230,6 +235,18 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(opt == TILES_LEAN_OPT, "tiles::decode_step (CUDA): this is an experiment build with the kernel options "
               "fixed at ", TILES_LEAN_OPT, " (TILES_LEAN_OPT); TILES_KERNEL_OPT=", opt, " needs a build without it");
 #endif
+#ifdef TILES_FLAGS
+  // Flag-in-data build (flag_data.cuh): every element carries its epoch, so the arena is twice the plan's; only the
+  // default path's shapes are polled (no weight ring, stream, StageAhead or poll experiments), with the residual
+  // rows read through shared memory.
+  TORCH_CHECK(scratch.numel() >= 2 * h.scratch_bytes, "tiles::decode_step (CUDA): this TILES_FLAGS build needs a ",
+              2 * h.scratch_bytes, "-byte scratch arena (twice the plan's), got ", scratch.numel());
+  TORCH_CHECK((opt & cuda::kOptResidSmem) && !(opt & (cuda::kOptWeightRing | cuda::kOptStream | cuda::kOptStageAhead |
+                                                       cuda::kOptPollPrefetch | cuda::kOptPrefetchAfterAttn |
+                                                       cuda::kOptPollAhead)),
+              "tiles::decode_step (CUDA): this TILES_FLAGS build runs option sets with ", cuda::kOptResidSmem,
+              " and without the ring, stream, StageAhead and poll experiments; TILES_KERNEL_OPT=", opt);
+#endif
   int32_t stream_stages = 0, stream_stage_bytes = 0, stream_probe = 0, stream_piece = 0;
   if (opt & cuda::kOptStream) {  // read only when the stream runs
     const int64_t v = env_int("TILES_STREAM_STAGES", 0);
@@ -313,6 +330,18 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
     p.poll_gap = static_cast<int32_t>(gap);
     p.poll_fence = env_int("TILES_POLL_FENCE", 0) != 0 ? 1 : 0;
   }
+#ifdef TILES_FLAGS
+  {
+    const int64_t ns = env_int("TILES_FLAG_SLEEP_NS", 0);
+    TORCH_CHECK(ns >= 0 && ns <= 10000, "tiles::decode_step (CUDA): TILES_FLAG_SLEEP_NS=", ns,
+                " outside 0..10000 (nanoseconds between two polls of a flagged input)");
+    p.poll_gap = static_cast<int32_t>(ns);
+    const int64_t mode = env_int("TILES_FLAG_MODE", 0);
+    TORCH_CHECK(mode == 0 || mode == 1, "tiles::decode_step (CUDA): TILES_FLAG_MODE=", mode,
+                " must be 0 (poll every input word) or 1 (each thread polls its first word, then reads)");
+    p.poll_fence = static_cast<int32_t>(mode);
+  }
+#endif
   p.stream_stages = stream_stages;
   p.stream_stage_bytes = stream_stage_bytes;
   p.stream_probe = stream_probe;
@@ -342,7 +371,11 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   const bool capturing = capture != cudaStreamCaptureStatusNone;
   if (!capturing) check_previous_launch(plan, h, state);
 
-  TILES_CUDA_CHECK(cuda::launch_decode(p, stream), "launching the persistent kernel");
+  // The default option set runs its own compilation (decode_kernel_default.cu: no dead option code, perf log v27);
+  // TILES_GENERIC_KERNEL=1 runs it on the runtime-options kernel instead (same bits; for A/B measurements).
+  const bool default_variant = opt == cuda::kOptDefault && env_int("TILES_GENERIC_KERNEL", 0) == 0;
+  TILES_CUDA_CHECK(default_variant ? cuda::launch_decode_default(p, stream) : cuda::launch_decode(p, stream),
+                   "launching the persistent kernel");
 
   if (!capturing) {
     if (env_int("TILES_SYNC_CHECK", 0) != 0) {

@@ -1,0 +1,11 @@
+// The persistent kernel's default path as its own compilation: decode_kernel.cu again, with the option bits fixed
+// at kOptDefault at compile time, so the code of every option the default does not run is compiled out (perf log
+// v27: the generic build's dead option code made the default path 4% slower on Llama-1B and 11% on SmolLM2, with
+// bit-identical results). Exports decode_default_* / launch_decode_default (decode_kernel.h).
+#include "cuda/decode_kernel.h"
+
+#ifndef TILES_LEAN_OPT
+#define TILES_LEAN_OPT tiles::cuda::kOptDefault
+#endif
+#define TILES_DEFAULT_VARIANT 1
+#include "cuda/decode_kernel.cu"

@@ -1,0 +1,201 @@
+// Flag-in-data hand-offs (TILES_FLAGS builds, docs/perf-log.md v28): an experiment build in which every scratch
+// buffer element carries the step's epoch next to its value, written by one single-copy-atomic store, and a consumer
+// polls the data words themselves instead of a counter. It removes, per dependent stage, the producer's release
+// (block barrier + red.release: it waits for the tile's stores to be acknowledged) and one of the consumer's two L2
+// round trips (the counter, then the inputs). Included by decode_kernel.cu only, inside its anonymous namespace.
+//
+// Layout: the arena is twice the plan's scratch_bytes, every byte offset doubled, so an fp32 element becomes the
+// 8-byte word {value bits, epoch} and a bf16 element the 4-byte word {value, epoch & 0xffff}. Each word has exactly
+// one writer per step (the validator's single-producer rule), so a 4-byte word never mixes two tiles' stores even
+// where two tiles' bf16 rows meet. A word matching the step's epoch holds this step's value: every element is
+// rewritten every step, so a stale word is one or 65536k steps old and never matches (epochs start at 1, the arena
+// at 0; the epoch is never reset while the arena lives: runtime.py allocates both together).
+//
+// Ordering: the value and its flag are one store, so no fence is needed for the hand-off itself. Writes outside the
+// arena that a later step reads (the KV-cache rows of an ATTN tile) are ordered only by the data dependencies between
+// them (a whole step apart), as in NCCL's LL protocol.
+#pragma once
+
+__device__ __forceinline__ uint64_t ld_relaxed_u64(const void* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_relaxed_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Four 4-byte words (each single-copy atomic on its own, which is all a bf16 word needs).
+__device__ __forceinline__ uint4 ld_relaxed_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_flag_f32(float* buf, int64_t i, float v, uint32_t epoch) {
+  const uint64_t w = (static_cast<uint64_t>(epoch) << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(reinterpret_cast<uint64_t*>(buf) + i), "l"(w) : "memory");
+}
+
+__device__ __forceinline__ void st_flag_bf16(uint16_t* buf, int64_t i, uint16_t v, uint32_t epoch) {
+  const uint32_t w = (epoch << 16) | v;
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(reinterpret_cast<uint32_t*>(buf) + i), "r"(w) : "memory");
+}
+
+__device__ __forceinline__ bool bf16_word_ok(uint32_t w, uint32_t epoch) { return (w >> 16) == (epoch & 0xffffu); }
+
+// Set by any thread whose poll gave up (timeout raised, or another worker's error); read by run_tile after its last
+// barrier, which then stops the worker. Zeroed at launch start.
+__shared__ int g_fl_abort;
+
+// A poll's periodic check (every 16 rounds): true when it must give up; the timeout is raised here.
+__device__ __noinline__ bool fl_gives_up(const KernelParams& p, uint64_t t0, uint32_t seen, uint32_t epoch) {
+  if (ld_relaxed(p.state + kStateError) == 0u && global_ns() - t0 <= p.timeout_ns) return false;
+  if (ld_relaxed(p.state + kStateError) == 0u)
+    raise_error(p, kErrorWaitTimeout, static_cast<int32_t>(blockIdx.x), -1, -1, kFlagWaitCounter, seen, epoch);
+  g_fl_abort = 1;
+  return true;
+}
+
+// TILES_FLAG_MODE=1 (p.poll_fence in these builds): before a batch, the thread spins on its first word alone, so a
+// waiting block keeps one load per thread in flight instead of the whole batch (L2 traffic while the producers
+// stream their weights), at the price of one more round trip once that word has landed.
+template <typename Word, typename Ok>
+__device__ __forceinline__ void fl_gate(const KernelParams& p, const Word* a, uint32_t epoch, Ok ok) {
+  if (p.poll_fence != 1) return;
+  Word v = sizeof(Word) == 8 ? static_cast<Word>(ld_relaxed_u64(a)) : static_cast<Word>(ld_relaxed_u32(a));
+  if (ok(v)) return;
+  const uint64_t t0 = global_ns();
+  for (uint32_t iter = 1;; ++iter) {
+    if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
+    v = sizeof(Word) == 8 ? static_cast<Word>(ld_relaxed_u64(a)) : static_cast<Word>(ld_relaxed_u32(a));
+    if (ok(v)) return;
+    if ((iter & 15u) == 0u && fl_gives_up(p, t0, 0u, epoch)) return;
+  }
+}
+
+// N elements of a flagged fp32 buffer (idx < 0: skipped, reads 0): all N loads in flight before any check, then
+// only the words not yet carrying `epoch` are re-read, p.poll_gap ns apart (0: back to back).
+template <int N>
+__device__ __forceinline__ void fl_read_f32(const KernelParams& p, const float* buf, const int64_t (&idx)[N],
+                                            uint32_t epoch, float (&out)[N]) {
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(buf);
+  const uint64_t done = static_cast<uint64_t>(epoch) << 32;
+  uint64_t v[N];
+  if (idx[0] >= 0)
+    fl_gate(p, w + idx[0], epoch, [&](uint64_t u) { return static_cast<uint32_t>(u >> 32) == epoch; });
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = idx[k] >= 0 ? ld_relaxed_u64(w + idx[k]) : done;
+  bool ok = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) ok &= static_cast<uint32_t>(v[k] >> 32) == epoch;
+  if (!ok) {
+    const uint64_t t0 = global_ns();
+    for (uint32_t iter = 1; !ok; ++iter) {
+      if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if (static_cast<uint32_t>(v[k] >> 32) != epoch) v[k] = ld_relaxed_u64(w + idx[k]);
+      ok = true;
+#pragma unroll
+      for (int k = 0; k < N; ++k) ok &= static_cast<uint32_t>(v[k] >> 32) == epoch;
+      if (!ok && (iter & 15u) == 0u && fl_gives_up(p, t0, static_cast<uint32_t>(v[0] >> 32), epoch)) break;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = __uint_as_float(static_cast<uint32_t>(v[k]));
+}
+
+__device__ __forceinline__ float fl_get_f32(const KernelParams& p, const float* buf, int64_t i, uint32_t epoch) {
+  const int64_t idx[1] = {i};
+  float out[1];
+  fl_read_f32<1>(p, buf, idx, epoch, out);
+  return out[0];
+}
+
+// N elements of a flagged bf16 buffer (idx < 0: skipped, reads 0), as fl_read_f32.
+template <int N>
+__device__ __forceinline__ void fl_read_bf16(const KernelParams& p, const uint16_t* buf, const int64_t (&idx)[N],
+                                             uint32_t epoch, uint16_t (&out)[N]) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(buf);
+  const uint32_t done = epoch << 16;
+  uint32_t v[N];
+  if (idx[0] >= 0) fl_gate(p, w + idx[0], epoch, [&](uint32_t u) { return bf16_word_ok(u, epoch); });
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = idx[k] >= 0 ? ld_relaxed_u32(w + idx[k]) : done;
+  bool ok = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) ok &= bf16_word_ok(v[k], epoch);
+  if (!ok) {
+    const uint64_t t0 = global_ns();
+    for (uint32_t iter = 1; !ok; ++iter) {
+      if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if (!bf16_word_ok(v[k], epoch)) v[k] = ld_relaxed_u32(w + idx[k]);
+      ok = true;
+#pragma unroll
+      for (int k = 0; k < N; ++k) ok &= bf16_word_ok(v[k], epoch);
+      if (!ok && (iter & 15u) == 0u && fl_gives_up(p, t0, v[0] >> 16, epoch & 0xffffu)) break;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = static_cast<uint16_t>(v[k] & 0xffffu);
+}
+
+// N chunks of 8 bf16 elements (chunk c = elements 8c .. 8c+7; c < 0: skipped, reads 0) of a flagged bf16 buffer,
+// packed as the plain buffer's 16-byte chunks: two 16-byte loads per chunk.
+template <int N>
+__device__ __forceinline__ void fl_read_bf16x8(const KernelParams& p, const uint16_t* buf, const int32_t (&chunk)[N],
+                                               uint32_t epoch, uint4 (&out)[N]) {
+  const uint4* w = reinterpret_cast<const uint4*>(buf);  // flagged chunk c = w[2c], w[2c + 1]
+  const uint32_t done = epoch << 16;
+  uint4 a[N], b[N];
+  if (chunk[0] >= 0)
+    fl_gate(p, reinterpret_cast<const uint32_t*>(w + 2 * int64_t(chunk[0])), epoch,
+            [&](uint32_t u) { return bf16_word_ok(u, epoch); });
+  auto ok4 = [&](const uint4& u) {
+    return bf16_word_ok(u.x, epoch) && bf16_word_ok(u.y, epoch) && bf16_word_ok(u.z, epoch) &&
+           bf16_word_ok(u.w, epoch);
+  };
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (chunk[k] >= 0) {
+      a[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]));
+      b[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]) + 1);
+    } else {
+      a[k] = b[k] = make_uint4(done, done, done, done);
+    }
+  }
+  bool ok = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) ok &= ok4(a[k]) && ok4(b[k]);
+  if (!ok) {
+    const uint64_t t0 = global_ns();
+    for (uint32_t iter = 1; !ok; ++iter) {
+      if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (!ok4(a[k])) a[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]));
+        if (!ok4(b[k])) b[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]) + 1);
+      }
+      ok = true;
+#pragma unroll
+      for (int k = 0; k < N; ++k) ok &= ok4(a[k]) && ok4(b[k]);
+      if (!ok && (iter & 15u) == 0u && fl_gives_up(p, t0, a[0].x >> 16, epoch & 0xffffu)) break;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    out[k].x = (a[k].x & 0xffffu) | (a[k].y << 16);
+    out[k].y = (a[k].z & 0xffffu) | (a[k].w << 16);
+    out[k].z = (b[k].x & 0xffffu) | (b[k].y << 16);
+    out[k].w = (b[k].z & 0xffffu) | (b[k].w << 16);
+  }
+}
