@@ -2524,6 +2524,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   }
 }
 
+namespace {
+// A cooperative launch of one instantiation: num_workers blocks, all co-resident, the layout's shared memory.
+template <typename Kernel>
+cudaError_t launch_cooperative(const KernelParams& p, Kernel kernel, cudaStream_t stream) {
+  const SmemLayout L = smem_layout(p.h, p.opt, p.stream_stages, p.stream_stage_bytes);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.h.num_workers);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = L.total;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+}  // namespace
+
 #ifdef TILES_DEFAULT_VARIANT
 // decode_kernel_default.cu: the default option set as compile-time constants (TILES_LEAN_OPT = kOptDefault), one
 // instantiation. The host launches it whenever TILES_KERNEL_OPT is the default (decode_step_cuda.cpp).
@@ -2538,18 +2557,7 @@ cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 }
 
 cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream) {
-  const SmemLayout L = smem_layout(p.h, p.opt, p.stream_stages, p.stream_stage_bytes);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.h.num_workers);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = L.total;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, false>, p);
+  return launch_cooperative(p, decode_kernel<false, false, false, false>, stream);
 }
 #else
 cudaError_t decode_set_smem_limit(int32_t bytes) {
@@ -2589,23 +2597,12 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 }
 
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
-  const SmemLayout L = smem_layout(p.h, p.opt, p.stream_stages, p.stream_stage_bytes);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.h.num_workers);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = L.total;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (p.opt & kOptWeightRing) return cudaLaunchKernelEx(&cfg, decode_kernel<true, false, false, false>, p);
-  if (p.opt & kOptStream) return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, true>, p);
-  if (stage_ahead(p.opt)) return cudaLaunchKernelEx(&cfg, decode_kernel<false, true, false, false>, p);
+  if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
+  if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);
+  if (stage_ahead(p.opt)) return launch_cooperative(p, decode_kernel<false, true, false, false>, stream);
   if (p.opt & (kOptPollPrefetch | kOptPrefetchAfterAttn | kOptPollAhead))
-    return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, true, false>, p);
-  return cudaLaunchKernelEx(&cfg, decode_kernel<false, false, false, false>, p);
+    return launch_cooperative(p, decode_kernel<false, false, true, false>, stream);
+  return launch_cooperative(p, decode_kernel<false, false, false, false>, stream);
 }
 
 #endif  // TILES_DEFAULT_VARIANT

@@ -22,12 +22,6 @@ __device__ __forceinline__ uint64_t ld_relaxed_u64(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t ld_relaxed_u32(const void* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Four 4-byte words (each single-copy atomic on its own, which is all a bf16 word needs).
 __device__ __forceinline__ uint4 ld_relaxed_v4(const void* p) {
   uint4 v;
@@ -66,48 +60,58 @@ __device__ __noinline__ bool fl_gives_up(const KernelParams& p, uint64_t t0, uin
 // TILES_FLAG_MODE=1 (p.poll_fence in these builds): before a batch, the thread spins on its first word alone, so a
 // waiting block keeps one load per thread in flight instead of the whole batch (L2 traffic while the producers
 // stream their weights), at the price of one more round trip once that word has landed.
+__device__ __forceinline__ uint64_t ld_word(const uint64_t* a) { return ld_relaxed_u64(a); }
+__device__ __forceinline__ uint32_t ld_word(const uint32_t* a) { return ld_relaxed(a); }
+__device__ __forceinline__ uint4 ld_word(const uint4* a) { return ld_relaxed_v4(a); }
+// The epoch bits a word carries (for the timeout's error words).
+__device__ __forceinline__ uint32_t word_epoch(uint64_t u) { return static_cast<uint32_t>(u >> 32); }
+__device__ __forceinline__ uint32_t word_epoch(uint32_t u) { return u >> 16; }
+__device__ __forceinline__ uint32_t word_epoch(const uint4& u) { return u.x >> 16; }
+
 template <typename Word, typename Ok>
 __device__ __forceinline__ void fl_gate(const KernelParams& p, const Word* a, uint32_t epoch, Ok ok) {
   if (p.poll_fence != 1) return;
-  Word v = sizeof(Word) == 8 ? static_cast<Word>(ld_relaxed_u64(a)) : static_cast<Word>(ld_relaxed_u32(a));
-  if (ok(v)) return;
+  if (ok(ld_word(a))) return;
   const uint64_t t0 = global_ns();
   for (uint32_t iter = 1;; ++iter) {
     if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
-    v = sizeof(Word) == 8 ? static_cast<Word>(ld_relaxed_u64(a)) : static_cast<Word>(ld_relaxed_u32(a));
-    if (ok(v)) return;
-    if ((iter & 15u) == 0u && fl_gives_up(p, t0, 0u, epoch)) return;
+    if (ok(ld_word(a))) return;
+    if ((iter & 15u) == 0u && fl_gives_up(p, t0, word_epoch(ld_word(a)), epoch)) return;
   }
 }
 
-// N elements of a flagged fp32 buffer (idx < 0: skipped, reads 0): all N loads in flight before any check, then
-// only the words not yet carrying `epoch` are re-read, p.poll_gap ns apart (0: back to back).
+// N words (idx < 0: skipped, reads `done`), all loads in flight before any check; then only the words not yet
+// carrying the epoch (ok) are re-read, p.poll_gap ns apart (0: back to back), until all do or the poll gives up.
+template <int N, typename Word, typename Ok>
+__device__ __forceinline__ void fl_poll(const KernelParams& p, const Word* w, const int64_t (&idx)[N], Word done,
+                                        uint32_t epoch, Ok ok, Word (&v)[N]) {
+  if (idx[0] >= 0) fl_gate(p, w + idx[0], epoch, ok);
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = idx[k] >= 0 ? ld_word(w + idx[k]) : done;
+  bool all = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) all &= ok(v[k]);
+  if (all) return;
+  const uint64_t t0 = global_ns();
+  for (uint32_t iter = 1; !all; ++iter) {
+    if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (!ok(v[k])) v[k] = ld_word(w + idx[k]);
+    all = true;
+#pragma unroll
+    for (int k = 0; k < N; ++k) all &= ok(v[k]);
+    if (!all && (iter & 15u) == 0u && fl_gives_up(p, t0, word_epoch(v[0]), word_epoch(done))) return;
+  }
+}
+
+// N elements of a flagged fp32 buffer (idx < 0: skipped, reads 0), polled until each carries `epoch`.
 template <int N>
 __device__ __forceinline__ void fl_read_f32(const KernelParams& p, const float* buf, const int64_t (&idx)[N],
                                             uint32_t epoch, float (&out)[N]) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(buf);
-  const uint64_t done = static_cast<uint64_t>(epoch) << 32;
   uint64_t v[N];
-  if (idx[0] >= 0)
-    fl_gate(p, w + idx[0], epoch, [&](uint64_t u) { return static_cast<uint32_t>(u >> 32) == epoch; });
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = idx[k] >= 0 ? ld_relaxed_u64(w + idx[k]) : done;
-  bool ok = true;
-#pragma unroll
-  for (int k = 0; k < N; ++k) ok &= static_cast<uint32_t>(v[k] >> 32) == epoch;
-  if (!ok) {
-    const uint64_t t0 = global_ns();
-    for (uint32_t iter = 1; !ok; ++iter) {
-      if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        if (static_cast<uint32_t>(v[k] >> 32) != epoch) v[k] = ld_relaxed_u64(w + idx[k]);
-      ok = true;
-#pragma unroll
-      for (int k = 0; k < N; ++k) ok &= static_cast<uint32_t>(v[k] >> 32) == epoch;
-      if (!ok && (iter & 15u) == 0u && fl_gives_up(p, t0, static_cast<uint32_t>(v[0] >> 32), epoch)) break;
-    }
-  }
+  fl_poll(p, reinterpret_cast<const uint64_t*>(buf), idx, static_cast<uint64_t>(epoch) << 32, epoch,
+          [&](uint64_t u) { return static_cast<uint32_t>(u >> 32) == epoch; }, v);
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = __uint_as_float(static_cast<uint32_t>(v[k]));
 }
@@ -123,79 +127,38 @@ __device__ __forceinline__ float fl_get_f32(const KernelParams& p, const float* 
 template <int N>
 __device__ __forceinline__ void fl_read_bf16(const KernelParams& p, const uint16_t* buf, const int64_t (&idx)[N],
                                              uint32_t epoch, uint16_t (&out)[N]) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(buf);
-  const uint32_t done = epoch << 16;
   uint32_t v[N];
-  if (idx[0] >= 0) fl_gate(p, w + idx[0], epoch, [&](uint32_t u) { return bf16_word_ok(u, epoch); });
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = idx[k] >= 0 ? ld_relaxed_u32(w + idx[k]) : done;
-  bool ok = true;
-#pragma unroll
-  for (int k = 0; k < N; ++k) ok &= bf16_word_ok(v[k], epoch);
-  if (!ok) {
-    const uint64_t t0 = global_ns();
-    for (uint32_t iter = 1; !ok; ++iter) {
-      if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        if (!bf16_word_ok(v[k], epoch)) v[k] = ld_relaxed_u32(w + idx[k]);
-      ok = true;
-#pragma unroll
-      for (int k = 0; k < N; ++k) ok &= bf16_word_ok(v[k], epoch);
-      if (!ok && (iter & 15u) == 0u && fl_gives_up(p, t0, v[0] >> 16, epoch & 0xffffu)) break;
-    }
-  }
+  fl_poll(p, reinterpret_cast<const uint32_t*>(buf), idx, epoch << 16, epoch,
+          [&](uint32_t u) { return bf16_word_ok(u, epoch); }, v);
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = static_cast<uint16_t>(v[k] & 0xffffu);
 }
 
 // N chunks of 8 bf16 elements (chunk c = elements 8c .. 8c+7; c < 0: skipped, reads 0) of a flagged bf16 buffer,
-// packed as the plain buffer's 16-byte chunks: two 16-byte loads per chunk.
+// packed as the plain buffer's 16-byte chunks: two 16-byte loads per chunk (each 4-byte word atomic on its own).
 template <int N>
 __device__ __forceinline__ void fl_read_bf16x8(const KernelParams& p, const uint16_t* buf, const int32_t (&chunk)[N],
                                                uint32_t epoch, uint4 (&out)[N]) {
-  const uint4* w = reinterpret_cast<const uint4*>(buf);  // flagged chunk c = w[2c], w[2c + 1]
-  const uint32_t done = epoch << 16;
-  uint4 a[N], b[N];
-  if (chunk[0] >= 0)
-    fl_gate(p, reinterpret_cast<const uint32_t*>(w + 2 * int64_t(chunk[0])), epoch,
-            [&](uint32_t u) { return bf16_word_ok(u, epoch); });
-  auto ok4 = [&](const uint4& u) {
-    return bf16_word_ok(u.x, epoch) && bf16_word_ok(u.y, epoch) && bf16_word_ok(u.z, epoch) &&
-           bf16_word_ok(u.w, epoch);
-  };
+  int64_t idx[2 * N];  // flagged chunk c = 16-byte words 2c, 2c + 1
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    if (chunk[k] >= 0) {
-      a[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]));
-      b[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]) + 1);
-    } else {
-      a[k] = b[k] = make_uint4(done, done, done, done);
-    }
+    idx[2 * k] = chunk[k] >= 0 ? 2 * int64_t(chunk[k]) : -1;
+    idx[2 * k + 1] = chunk[k] >= 0 ? 2 * int64_t(chunk[k]) + 1 : -1;
   }
-  bool ok = true;
-#pragma unroll
-  for (int k = 0; k < N; ++k) ok &= ok4(a[k]) && ok4(b[k]);
-  if (!ok) {
-    const uint64_t t0 = global_ns();
-    for (uint32_t iter = 1; !ok; ++iter) {
-      if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (!ok4(a[k])) a[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]));
-        if (!ok4(b[k])) b[k] = ld_relaxed_v4(w + 2 * int64_t(chunk[k]) + 1);
-      }
-      ok = true;
-#pragma unroll
-      for (int k = 0; k < N; ++k) ok &= ok4(a[k]) && ok4(b[k]);
-      if (!ok && (iter & 15u) == 0u && fl_gives_up(p, t0, a[0].x >> 16, epoch & 0xffffu)) break;
-    }
-  }
+  const uint32_t d = epoch << 16;
+  uint4 v[2 * N];
+  fl_poll(p, reinterpret_cast<const uint4*>(buf), idx, make_uint4(d, d, d, d), epoch,
+          [&](const uint4& u) {
+            return bf16_word_ok(u.x, epoch) && bf16_word_ok(u.y, epoch) && bf16_word_ok(u.z, epoch) &&
+                   bf16_word_ok(u.w, epoch);
+          },
+          v);
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    out[k].x = (a[k].x & 0xffffu) | (a[k].y << 16);
-    out[k].y = (a[k].z & 0xffffu) | (a[k].w << 16);
-    out[k].z = (b[k].x & 0xffffu) | (b[k].y << 16);
-    out[k].w = (b[k].z & 0xffffu) | (b[k].w << 16);
+    const uint4 a = v[2 * k], b = v[2 * k + 1];
+    out[k].x = (a.x & 0xffffu) | (a.y << 16);
+    out[k].y = (a.z & 0xffffu) | (a.w << 16);
+    out[k].z = (b.x & 0xffffu) | (b.y << 16);
+    out[k].w = (b.z & 0xffffu) | (b.w << 16);
   }
 }
