@@ -3,6 +3,8 @@
 # Normal build -> lean build (TILES_LEAN_OPT=25183: every non-default option compiled out) -> normal build again;
 # opt_ab of 25183 in each, and the lean build's bits against the normal build's; then the PollPrefetch
 # instantiation's experiments against its own baseline. Leaves the normal build installed.
+# Since v27 (decode_kernel_default.cu) a normal build runs 25183 on the default variant, which is what the lean
+# build measured; append @TILES_GENERIC_KERNEL=1 to an opt_ab entry for the runtime-options kernel.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
