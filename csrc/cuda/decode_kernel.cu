@@ -340,7 +340,7 @@ __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker,
 #endif
 
 // Scratch-buffer element access: flagged words in TILES_FLAGS builds (flag_data.cuh, perf log v28), plain otherwise.
-// get_f32 / get_bf16 read an element produced in this launch (ld.cg: L2, never a stale L1 line; flagged: polled
+// get_f32 reads an element produced in this launch (ld.cg: L2, never a stale L1 line; flagged: polled
 // until it carries `epoch`).
 __device__ __forceinline__ void put_f32(float* b, int64_t i, float v, uint32_t epoch) {
 #ifdef TILES_FLAGS
