@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""A/B of kernel option sets, alternating to separate the difference from drift: ms/token (CUDA-graph replay, one
-token per launch) per model and context. Usage: python scripts/opt_ab.py --opts 95,607 --rounds 2
+"""A/B of kernel option sets, alternating to separate the difference from drift: ms/token per model and context, as
+a CUDA-graph replay of one token per launch and (--mode both, the default) as launches of 64 tokens, the mode of
+generate()'s greedy fast path; the two can disagree (perf log v28: flags even in the first, -4.5% in steady state).
+Usage: python scripts/opt_ab.py --opts 95,607 --rounds 2
 An entry of --opts may carry environment settings of the glue: 607@TILES_PREFETCH_NEXT=1@TILES_PREFETCH_BYTES=65536."""
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ def main():
                     help="0,1: plan partition-0 ATTN tiles off the qkv workers (default 1)")
     ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
+    ap.add_argument("--mode", choices=("graph", "both"), default="both",
+                    help="graph: one-token CUDA-graph replays only; both: also 64-token launches (ms per token)")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     res = []
@@ -65,16 +69,19 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
                 saved = {k: os.environ.get(k) for k, _ in (e.split("=", 1) for e in env)}
                 os.environ["TILES_KERNEL_OPT"] = opt
                 os.environ.update(dict(e.split("=", 1) for e in env))
-                ms = time_op(op, ctx, 100, graph_only=True)["graph_ms"]
+                t = time_op(op, ctx, 100, graph_only=args.mode == "graph")
+                ms, multi = t["graph_ms"], t.get("multi64_ms_per_token")
                 for k, v in saved.items():
                     if v is None:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
                 res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single,
-                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "round": r, "graph_ms": ms})
+                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "round": r, "graph_ms": ms,
+                            "multi64_ms_per_token": multi})
+                tail = "" if multi is None else f" (x64 launches: {multi:.4f} ms)"
                 print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} opt {o} "
-                      f"round {r}: {ms:.4f} ms", flush=True)
+                      f"round {r}: {ms:.4f} ms{tail}", flush=True)
 
 
 if __name__ == "__main__":
