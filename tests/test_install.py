@@ -147,6 +147,8 @@ TOOL_BUILDS = {
     # Experiment builds: the split main-phase mark (tile_timing.py TILES_TIMING_DEFINES) and the kernel with its
     # options fixed at compile time (setup.py TILES_LEAN_OPT, scripts/lean_ab.sh).
     "tile_timing_mark_split": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1", "-DTILES_MARK_SPLIT"]),
+    "tile_timing_mark_split4": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
+                                                                       "-DTILES_MARK_SPLIT=4"]),
     "decode_kernel_lean_25183": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_LEAN_OPT=25183"]),
     "tile_timing_default": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1"]),
     # The flag-in-data experiment build (setup.py TILES_FLAGS=1, csrc/cuda/flag_data.cuh), both compilations.

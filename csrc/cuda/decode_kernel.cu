@@ -1482,10 +1482,14 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
       cp_async_wait_all();
     }
   }
-#if defined(TILES_MARK_SPLIT) && TILES_MARK_SPLIT == 1
-  // Timing experiment (tile_timing.py with TILES_TIMING_DEFINES=-DTILES_MARK_SPLIT[=1|2|3]): a matvec tile's main
+#if defined(TILES_MARK_SPLIT) && (TILES_MARK_SPLIT == 1 || TILES_MARK_SPLIT == 4)
+  // Timing experiment (tile_timing.py with TILES_TIMING_DEFINES=-DTILES_MARK_SPLIT[=1|2|3|4]): a matvec tile's main
   // phase ends where the split says, the rest falls into the epilogue. 1: thread 0's staged copies have landed;
+  // 4: every lane's of its warp (is 1 -> 2 the arithmetic, or the warp's other copies landing? perf log, session 8);
   // 2: its warp's first item's arithmetic is done; 3: and its warp sums (perf log v25).
+#if TILES_MARK_SPLIT == 4
+  __syncwarp();
+#endif
   TILES_MARK(kTimePhase2);
 #endif
   const uint8_t* bstage = bc != nullptr && bc->armed == bc->k ? bc->stage : nullptr;
