@@ -17,6 +17,14 @@ extern "C" {
 PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
                                          nullptr, nullptr, nullptr, nullptr};
-  return PyModule_Create(&module_def);
+  PyObject* m = PyModule_Create(&module_def);
+  // The CUDA kernel's scratch layout: 1 when every element carries its epoch (TILES_FLAGS builds: twice the plan's
+  // scratch_bytes, offsets doubled; csrc/cuda/flag_data.cuh), 0 for the plain layout (and the CPU executor).
+#if defined(TILES_FLAGS) && defined(TILES_WITH_CUDA)
+  if (m != nullptr) PyModule_AddIntConstant(m, "FLAGGED_SCRATCH", 1);
+#else
+  if (m != nullptr) PyModule_AddIntConstant(m, "FLAGGED_SCRATCH", 0);
+#endif
+  return m;
 }
 }

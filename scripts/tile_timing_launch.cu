@@ -78,11 +78,8 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   const int32_t smem = L.total;
   cudaError_t e = decode_set_smem_limit(smem);
   if (e != cudaSuccess) return 1000 + static_cast<int>(e);
-  // As the op: the default option set on its own compilation (decode_kernel_default.cu), unless
-  // TILES_GENERIC_KERNEL=1.
-  const char* generic = std::getenv("TILES_GENERIC_KERNEL");
-  const bool dflt = opt == kOptDefault && !(generic != nullptr && std::atoi(generic) != 0);
-  e = dflt ? launch_decode_default(p, 0) : launch_decode(p, 0);
+  const char* generic = std::getenv("TILES_GENERIC_KERNEL");  // as the op
+  e = launch_decode(p, 0, generic != nullptr && std::atoi(generic) != 0);
   if (e != cudaSuccess) return 2000 + static_cast<int>(e);
   e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return 3000 + static_cast<int>(e);

@@ -6,6 +6,9 @@ StaticCache's layer tensors, shared with PyTorch prefill).
 """
 from __future__ import annotations
 
+import functools
+import importlib
+
 import torch
 
 from .errors import check_state
@@ -32,14 +35,23 @@ def rope_tables(model) -> tuple[torch.Tensor, float]:
     return rot.inv_freq.detach().to(torch.float32).contiguous(), float(getattr(rot, "attention_scaling", 1.0))
 
 
+@functools.lru_cache(maxsize=1)
+def cuda_scratch_flagged() -> bool:
+    """True when the CUDA kernel stores every scratch element with its epoch (a TILES_FLAGS build: the element
+    of byte offset o sits at 2 * o, as an 8-byte {fp32, epoch} or a 4-byte {bf16, epoch & 0xffff} word)."""
+    return bool(getattr(importlib.import_module("tiles_ext._C"), "FLAGGED_SCRATCH", 0))
+
+
 class TileRuntime:
     def __init__(self, plan: Plan, device):
         self.plan = plan
         self.device = torch.device(device)
         self.header = plan.header_words()
         self.plan_tensor = torch.from_numpy(plan.to_blob()).to(self.device)
-        # Twice the plan's arena: a TILES_FLAGS experiment build stores every element with its epoch (a few MB).
-        self.scratch = torch.zeros(2 * plan.header["scratch_bytes"], dtype=torch.uint8, device=self.device)
+        # A flagged CUDA arena is twice the plan's (a few MB): every element carries its epoch.
+        self.flagged = self.device.type == "cuda" and cuda_scratch_flagged()
+        self.scratch = torch.zeros((2 if self.flagged else 1) * plan.header["scratch_bytes"], dtype=torch.uint8,
+                                   device=self.device)
         self.state = torch.zeros(plan.header["state_words"], dtype=torch.int32, device=self.device)
 
     def step(self, weights, k_cache, v_cache, input_ids, position, inv_freq, rope_scale: float, num_steps: int = 1,

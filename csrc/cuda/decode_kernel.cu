@@ -2600,7 +2600,8 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
   return e;
 }
 
-cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream) {
+cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic) {
+  if (p.opt == kOptDefault && !generic) return launch_decode_default(p, stream);
   if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
   if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);
   if (stage_ahead(p.opt)) return launch_cooperative(p, decode_kernel<false, true, false, false>, stream);

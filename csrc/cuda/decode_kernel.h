@@ -367,13 +367,13 @@ cudaError_t decode_set_smem_limit(int32_t bytes);
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks);
 
 // Launches the persistent kernel (cooperative: all num_workers blocks co-resident) on `stream`. The shared-memory
-// limit must already allow smem_layout(p.h, p.opt).total.
-cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream);
+// limit must already allow smem_layout(p.h, p.opt).total. The default option set runs on its own compilation
+// (launch_decode_default, below) unless `generic` (TILES_GENERIC_KERNEL=1: same bits, for A/B measurements).
+cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic = false);
 
 // The same kernel compiled with the default option set as constants (decode_kernel_default.cu): dead option code
-// costs the default path registers and instruction fetch (perf log v27: 4% on Llama-1B, 11% on SmolLM2), so the
-// host launches this one whenever TILES_KERNEL_OPT is kOptDefault (TILES_GENERIC_KERNEL=1 forces the other).
-// decode_set_smem_limit / decode_blocks_per_sm cover it too.
+// costs the default path registers and instruction fetch (perf log v27: 4% on Llama-1B, 11% on SmolLM2), so
+// launch_decode runs this one whenever p.opt is kOptDefault. decode_set_smem_limit / decode_blocks_per_sm cover it.
 cudaError_t decode_default_set_smem_limit(int32_t bytes);
 cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks);
 cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream);

@@ -371,10 +371,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   const bool capturing = capture != cudaStreamCaptureStatusNone;
   if (!capturing) check_previous_launch(plan, h, state);
 
-  // The default option set runs its own compilation (decode_kernel_default.cu: no dead option code, perf log v27);
-  // TILES_GENERIC_KERNEL=1 runs it on the runtime-options kernel instead (same bits; for A/B measurements).
-  const bool default_variant = opt == cuda::kOptDefault && env_int("TILES_GENERIC_KERNEL", 0) == 0;
-  TILES_CUDA_CHECK(default_variant ? cuda::launch_decode_default(p, stream) : cuda::launch_decode(p, stream),
+  // TILES_GENERIC_KERNEL=1: the default option set on the runtime-options kernel (perf log v27), for A/B.
+  TILES_CUDA_CHECK(cuda::launch_decode(p, stream, env_int("TILES_GENERIC_KERNEL", 0) != 0),
                    "launching the persistent kernel");
 
   if (!capturing) {
