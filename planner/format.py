@@ -92,6 +92,11 @@ class StateWord(enum.IntEnum):
     STEPS_DONE = 8     # steps executed by the last launch
 
 
+# ERROR_COUNTER of a WAIT_TIMEOUT raised by a poll of flagged input words (TILES_FLAGS CUDA builds: the value
+# carries its epoch, no counter; ERROR_SEEN / ERROR_WANTED are then the epoch bits seen and awaited).
+FLAG_WAIT_COUNTER = -2
+
+
 class ErrorCode(enum.IntEnum):
     OK = 0
     WAIT_TIMEOUT = 1     # a spin-wait exceeded its bound (a plan or kernel bug, never a valid schedule)
@@ -252,6 +257,7 @@ def render_header() -> str:
         f"constexpr int32_t kAttnChunkElems = {ATTN_CHUNK_ELEMS};",
         f"constexpr int32_t kLayerSlots = {len(LAYER_SLOTS)};",
         f"constexpr int32_t kFinalSlots = {len(FINAL_SLOTS)};",
+        f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",
         "",
     ]
     for enum_cls, prefix in ((Op, "kOp"), (DType, "kDType"), (StateWord, "kState"), (ErrorCode, "kError")):

@@ -29,13 +29,19 @@ DTYPES = {0: torch.float32, 1: torch.bfloat16, 2: torch.int32}
 CASES = [(264, 6, 2, 64, 456, 2, 7), (392, 8, 2, 128, 1000, 1, 13), (256, 4, 4, 64, 512, 1, 132)]
 
 
-def _buffers(plan, scratch):
+def _buffers(plan, scratch, flagged=False):
+    """Every buffer as fp32 values. `flagged`: a TILES_FLAGS CUDA arena (tiles_ext.runtime.cuda_scratch_flagged),
+    where each element is the low half of a word twice its size, at twice its offset."""
     out = []
     names = plan_buffer_names(plan)
     for b, (off, numel, dt) in enumerate(plan.buffers.tolist()):
         dtype = DTYPES[dt]
-        nbytes = numel * torch.tensor([], dtype=dtype).element_size()
-        out.append((names[b], scratch[off:off + nbytes].view(dtype).float()))
+        size = torch.tensor([], dtype=dtype).element_size()
+        if flagged:
+            words = scratch[2 * off:2 * off + 2 * numel * size].view(-1, 2 * size)
+            out.append((names[b], words[:, :size].contiguous().view(dtype).float().view(-1)))
+        else:
+            out.append((names[b], scratch[off:off + numel * size].view(dtype).float()))
     return out
 
 
@@ -72,7 +78,7 @@ def test_scratch_buffers_match_cpu_after_each_step(case):
                          inv.cuda(), scale, 1, [])
         torch.cuda.synchronize()
         check_state(rg.state, plan_g)
-        bc, bg = _buffers(plan_c, rc.scratch), _buffers(plan_g, rg.scratch.cpu())
+        bc, bg = _buffers(plan_c, rc.scratch), _buffers(plan_g, rg.scratch.cpu(), rg.flagged)
         for (name, a), (_, b) in zip(bc, bg):
             fa, fb = torch.nan_to_num(a, neginf=-1e30), torch.nan_to_num(b, neginf=-1e30)
             err = float((fa - fb).norm() / fa.norm().clamp_min(1e-30))

@@ -420,33 +420,60 @@ def test_opcheck_cuda():
 
 
 def _broken_wait_bound():
+    """A plan whose one tile waits for what never comes. Returns (bound, plan, ids, cache, tile, tile's op name)."""
     cfg, model, plan, ids, cache = _llama_small_bound()
     b = Bound(model, plan)
-    # The first LM-head tile's wait asks for one arrival more than the plan can ever deliver.
-    lm = next(i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == fmt.Op.LMHEAD)
-    wb = plan.tile(lm)["wait_begin"]
-    b.rt.plan_tensor[plan.header["waits_offset"] + wb * fmt.WAIT.words + 1] += 1
-    return b, plan, ids, cache, lm
+    if b.rt.flagged:
+        # A TILES_FLAGS build keeps one counter wait per step, EMBED's (the previous step's token): ask it for this
+        # step's token instead (offset -1 -> 0). The polls behind it give up on its error.
+        op, word, name = fmt.Op.EMBED, 2, "embed"
+    else:
+        # The first LM-head tile's wait asks for one arrival more than the plan can ever deliver.
+        op, word, name = fmt.Op.LMHEAD, 1, "lmhead"
+    t = next(i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == op)
+    wb = plan.tile(t)["wait_begin"]
+    b.rt.plan_tensor[plan.header["waits_offset"] + wb * fmt.WAIT.words + word] += 1
+    return b, plan, ids, cache, t, name
 
 
 def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch):
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
-    b, plan, ids, cache, lm = _broken_wait_bound()
+    b, plan, ids, cache, t, name = _broken_wait_bound()
     k, v = kv(cache)
     b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # returns at once; the error surfaces asynchronously
     torch.cuda.synchronize()
-    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.*worker \d+.*tile %d" % lm):
+    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.*worker \d+.*tile %d" % t):
         check_state(b.rt.state, plan)
-    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.* in worker \d+, tile %d \(lmhead" % lm):
+    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.* in worker \d+, tile %d \(%s" % (t, name)):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # the next call reports the recorded error
 
 
 def test_sync_check_reports_in_the_failing_call(monkeypatch):
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
     monkeypatch.setenv("TILES_SYNC_CHECK", "1")
-    b, plan, ids, cache, lm = _broken_wait_bound()
+    b, plan, ids, cache, t, name = _broken_wait_bound()
     k, v = kv(cache)
-    with pytest.raises(RuntimeError, match=r"this launch failed with WAIT_TIMEOUT.* in worker \d+, tile %d" % lm):
+    with pytest.raises(RuntimeError, match=r"this launch failed with WAIT_TIMEOUT.* in worker \d+, tile %d" % t):
+        b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
+
+
+def test_unwritten_flagged_input_raises_timeout_naming_the_reader(monkeypatch):
+    """TILES_FLAGS builds: a scratch word no tile writes in this step is polled until the bound, and the error names
+    the tile that polls it. The first LM-head tile writes its (max, argmax) partial into the second one's slot, so
+    its own slot keeps the previous epoch and ARGMAX, its only reader, times out."""
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    b = Bound(model, plan)
+    if not b.rt.flagged:
+        pytest.skip("a counter build (TILES_FLAGS=0): the unsatisfiable-wait tests cover its timeouts")
+    monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
+    monkeypatch.setenv("TILES_SYNC_CHECK", "1")
+    lm = [i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == fmt.Op.LMHEAD]
+    am = next(i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == fmt.Op.ARGMAX)
+    assert len(lm) >= 2
+    aux0 = [f for f, _ in fmt.TILE.fields].index("aux0")
+    b.rt.plan_tensor[plan.header["tiles_offset"] + lm[0] * fmt.TILE.words + aux0] = plan.tile(lm[1])["aux0"]
+    k, v = kv(cache)
+    with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.* in worker \d+, tile %d \(argmax.*flagged input word" % am):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
 
 

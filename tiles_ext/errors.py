@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .planner import format as fmt
-from .planner.format import ErrorCode, StateWord
+from .planner.format import FLAG_WAIT_COUNTER, ErrorCode, StateWord
 
 _MEANING = {
     ErrorCode.WAIT_TIMEOUT: "a dependency wait exceeded its bound (a plan or kernel bug, never a valid schedule)",
@@ -53,7 +53,9 @@ def describe_error(words: dict, plan=None) -> str | None:
     else:
         tile_txt = "no tile (launch-time check)"
     seen, wanted = words["error_seen"] & 0xFFFFFFFF, words["error_wanted"] & 0xFFFFFFFF
-    if code == ErrorCode.WAIT_TIMEOUT:
+    if code == ErrorCode.WAIT_TIMEOUT and words["error_counter"] == FLAG_WAIT_COUNTER:
+        detail = f"; a flagged input word carried epoch {seen}, waited for {wanted}"
+    elif code == ErrorCode.WAIT_TIMEOUT:
         detail = f"; counter {words['error_counter']} was at {seen}, waited for {wanted}"
     elif code == ErrorCode.CACHE_FULL:
         detail = f"; position {words['error_seen']} with max_cache_len {words['error_wanted']}"

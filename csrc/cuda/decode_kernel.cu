@@ -654,6 +654,9 @@ struct MatvecOut {
   const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory (kOptResidSmem) or null
   float* logits;        // LMHEAD row of this step
   uint32_t epoch;       // the step's (flagged stores and reads of TILES_FLAGS builds)
+#ifdef TILES_FLAGS
+  const KernelParams* params;  // for the polls of RESID's residual rows without kOptResidSmem
+#endif
 };
 
 __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0, float a1) {
@@ -670,9 +673,17 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
       if (o.resid_smem != nullptr) {
         put_f32(o.out_f32, i0, o.resid_smem[r - o.row_begin] + a0, o.epoch);
         if (r + 1 < o.row_end) put_f32(o.out_f32, i0 + 1, o.resid_smem[r + 1 - o.row_begin] + a1, o.epoch);
-      } else if (!kFlags) {  // TILES_FLAGS builds run only with kOptResidSmem (the host checks)
+      } else {
+#ifdef TILES_FLAGS
+        const int64_t idx[2] = {i0, r + 1 < o.row_end ? i0 + 1 : -1};
+        float rv[2];
+        fl_read_f32<2>(*o.params, o.resid, idx, o.epoch, rv);
+        put_f32(o.out_f32, i0, rv[0] + a0, o.epoch);
+        if (r + 1 < o.row_end) put_f32(o.out_f32, i0 + 1, rv[1] + a1, o.epoch);
+#else
         o.out_f32[i0] = __ldcg(o.resid + i0) + a0;
         if (r + 1 < o.row_end) o.out_f32[i0 + 1] = __ldcg(o.resid + i0 + 1) + a1;
+#endif
       }
       break;
     }
@@ -1901,7 +1912,8 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
     const int g = i / hd, d = i - g * hd;
     float acc = 0.f;
 #ifdef TILES_FLAGS
-    // Eight partitions' words in flight at once (a loop of single polls would pay one round trip per partition).
+    // Sixteen partitions' words in flight at once (the default partition count: one round trip; a loop of single
+    // polls would pay one per partition).
     for (int pp0 = 0; pp0 < P; pp0 += 8) {
       int64_t idx[8];
       float v[8];
@@ -1970,6 +1982,12 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0) g_tile_times = times;
+#endif
+#ifdef TILES_FLAGS
+  if (tid == 0) {
+    g_fl_tile = ti;
+    g_fl_step = sc.step;
+  }
 #endif
   TILES_MARK(kTimeStart);
   const bool is_matvec = op_is_matvec(t.op);
@@ -2054,6 +2072,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       o.resid_smem = resid_smem ? rsd : nullptr;
       o.logits = nullptr;
       o.epoch = sc.epoch;
+#ifdef TILES_FLAGS
+      o.params = &p;
+#endif
       if (t.op == kOpQkv || t.op == kOpGateup) o.out_bf16 = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
       if (t.op == kOpResid) {
         o.out_f32 = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));

@@ -45,9 +45,6 @@ constexpr int kRingCurWords = 16;                    // one RingCur (decode_kern
 // Opt-in shared memory per block on sm_90 (227 KB), less 1 KB for the kernel's static shared variables.
 constexpr int32_t kMaxSmemPerBlock = 227 * 1024 - 1024;
 
-// The error words' counter field when a TILES_FLAGS build's poll of a flagged input word timed out (flag_data.cuh).
-constexpr int32_t kFlagWaitCounter = -2;
-
 // Latency options, a bitmask (TILES_KERNEL_OPT; default kOptDefault; 0 = the v1 path). All verified on the H200
 // on 2026-11-30 (docs/perf-log.md v3). Every option
 // leaves every result bit-identical (same values, same reduction order); tests/test_cuda_kernel.py checks that.

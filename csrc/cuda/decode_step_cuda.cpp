@@ -94,13 +94,11 @@ void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& s
                                 sizeof(Tile), cudaMemcpyDeviceToHost),
                      "reading the failing tile");
     tile_desc = c10::str("tile ", tile, " (", describe_tile(t), ")");
-  } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == cuda::kFlagWaitCounter) {
-    tile_desc = "a tile's poll of its flagged inputs (TILES_FLAGS build)";
   } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout) {
     tile_desc = "the step-boundary wait for the previous step's token";
   }
   std::string detail;
-  if (w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == cuda::kFlagWaitCounter) {
+  if (w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == kFlagWaitCounter) {
     detail = c10::str(": a flagged input word carried epoch ", static_cast<uint32_t>(w[kStateErrorSeen]),
                       ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
   } else if (w[kStateError] == kErrorWaitTimeout) {
@@ -236,16 +234,12 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
               "fixed at ", TILES_LEAN_OPT, " (TILES_LEAN_OPT); TILES_KERNEL_OPT=", opt, " needs a build without it");
 #endif
 #ifdef TILES_FLAGS
-  // Flag-in-data build (flag_data.cuh): every element carries its epoch, so the arena is twice the plan's; only the
-  // default path's shapes are polled (no weight ring, stream, StageAhead or poll experiments), with the residual
-  // rows read through shared memory.
+  // Flag-in-data build (flag_data.cuh): every element carries its epoch, so the arena is twice the plan's. Every
+  // option set runs (they move weights, never the flagged inputs; PollPrefetch and PollAhead act on counter waits,
+  // which only EMBED keeps, so they do nothing here).
   TORCH_CHECK(scratch.numel() >= 2 * h.scratch_bytes, "tiles::decode_step (CUDA): this TILES_FLAGS build needs a ",
-              2 * h.scratch_bytes, "-byte scratch arena (twice the plan's), got ", scratch.numel());
-  TORCH_CHECK((opt & cuda::kOptResidSmem) && !(opt & (cuda::kOptWeightRing | cuda::kOptStream | cuda::kOptStageAhead |
-                                                       cuda::kOptPollPrefetch | cuda::kOptPrefetchAfterAttn |
-                                                       cuda::kOptPollAhead)),
-              "tiles::decode_step (CUDA): this TILES_FLAGS build runs option sets with ", cuda::kOptResidSmem,
-              " and without the ring, stream, StageAhead and poll experiments; TILES_KERNEL_OPT=", opt);
+              2 * h.scratch_bytes, "-byte scratch arena (twice the plan's: tiles_ext.runtime.TileRuntime allocates "
+              "it), got ", scratch.numel());
 #endif
   int32_t stream_stages = 0, stream_stage_bytes = 0, stream_probe = 0, stream_piece = 0;
   if (opt & cuda::kOptStream) {  // read only when the stream runs

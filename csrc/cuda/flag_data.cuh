@@ -47,12 +47,19 @@ __device__ __forceinline__ bool bf16_word_ok(uint32_t w, uint32_t epoch) { retur
 // Set by any thread whose poll gave up (timeout raised, or another worker's error); read by run_tile after its last
 // barrier, which then stops the worker. Zeroed at launch start.
 __shared__ int g_fl_abort;
+// The running tile and step, for the timeout's error words (thread 0 writes them as a tile starts; a timeout reads
+// them p.timeout_ns later).
+__shared__ int32_t g_fl_tile;
+__shared__ int32_t g_fl_step;
 
-// A poll's periodic check (every 16 rounds): true when it must give up; the timeout is raised here.
+// A poll's periodic check (every 16 rounds): true when it must give up; the timeout is raised here. Its bound is
+// an eighth longer than a counter wait's: the counter waits left (EMBED's, the step boundary) are upstream of every
+// poll, so when one of them is stuck, it, the root, reports first and the polls behind it see its error.
 __device__ __noinline__ bool fl_gives_up(const KernelParams& p, uint64_t t0, uint32_t seen, uint32_t epoch) {
-  if (ld_relaxed(p.state + kStateError) == 0u && global_ns() - t0 <= p.timeout_ns) return false;
+  if (ld_relaxed(p.state + kStateError) == 0u && global_ns() - t0 <= p.timeout_ns + (p.timeout_ns >> 3)) return false;
   if (ld_relaxed(p.state + kStateError) == 0u)
-    raise_error(p, kErrorWaitTimeout, static_cast<int32_t>(blockIdx.x), -1, -1, kFlagWaitCounter, seen, epoch);
+    raise_error(p, kErrorWaitTimeout, static_cast<int32_t>(blockIdx.x), g_fl_tile, g_fl_step, kFlagWaitCounter, seen,
+                epoch);
   g_fl_abort = 1;
   return true;
 }

@@ -15,6 +15,7 @@ constexpr int32_t kCounterStrideWords = 32;
 constexpr int32_t kAttnChunkElems = 8192;
 constexpr int32_t kLayerSlots = 9;
 constexpr int32_t kFinalSlots = 3;
+constexpr int32_t kFlagWaitCounter = -2;
 
 // Op
 constexpr int32_t kOpEmbed = 1;
