@@ -12,8 +12,10 @@ Environment:
   TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 4).
   TILES_LEAN_OPT=N      experiment: the kernel option bits fixed at N at compile time (every other option's code
                         compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
-  TILES_FLAGS=0         hand-offs by counters instead of flag-in-data words (the default: csrc/cuda/flag_data.cuh,
-                        docs/perf-log.md v28; runtime knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
+  TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
+                        instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log v29).
+  TILES_FLAGS=1         hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf log v28 and
+                        v29: SmolLM2 -11%, Llama-1B +1%; runtime knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
 """
 import glob
 import os
@@ -109,9 +111,9 @@ def _extension():
         nvcc = (["-O0", "-g", "-G"] if debug else ["-O3"]) + NVCC_COMMON + _gencode_flags(arch_list)
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
-        knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT")
-        # Flag-in-data hand-offs (csrc/cuda/flag_data.cuh, perf log v28) unless TILES_FLAGS=0.
-        if os.environ.get("TILES_FLAGS", "1") not in ("", "0"):
+        knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT") + _int_knob("TILES_DEFAULT_OPT")
+        # Flag-in-data hand-offs with TILES_FLAGS=1 (csrc/cuda/flag_data.cuh, perf log v28, v29).
+        if os.environ.get("TILES_FLAGS", "0") not in ("", "0"):
             knobs.append(("TILES_FLAGS", "1"))
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
                              define_macros=[("TILES_WITH_CUDA", "1")] + knobs,

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Branch wip/flags-default, one device call (~5 min), run from the repository root on the GPU machine: the counter
-# build (TILES_FLAGS=0: bits saved, opt_ab), then the flag build (the branch's default: bits compared, the GPU suite,
-# opt_ab). Merge when the suite passes and opt_ab shows no loss (perf log v28; Next after session 8, item 1).
+# One device call (~5 min), run from the repository root on the GPU machine: the counter build (the default, bits
+# saved, opt_ab), then the flag build (TILES_FLAGS=1: bits compared, the GPU suite, opt_ab). Perf log v28, v29.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a

@@ -464,7 +464,7 @@ def test_unwritten_flagged_input_raises_timeout_naming_the_reader(monkeypatch):
     cfg, model, plan, ids, cache = _llama_small_bound()
     b = Bound(model, plan)
     if not b.rt.flagged:
-        pytest.skip("a counter build (TILES_FLAGS=0): the unsatisfiable-wait tests cover its timeouts")
+        pytest.skip("a counter build (the default; TILES_FLAGS=1 builds the flag kernel): the unsatisfiable-wait tests cover its timeouts")
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
     monkeypatch.setenv("TILES_SYNC_CHECK", "1")
     lm = [i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == fmt.Op.LMHEAD]

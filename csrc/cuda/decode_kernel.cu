@@ -1812,24 +1812,32 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       }
     }
     __syncthreads();
-    // o partials: thread (split, g, d) sums positions split, split + splits, ... round-robin over four
-    // accumulators (four independent FMA chains), added in a fixed order.
-    for (int i = tid; i < splits * G * hd; i += kThreads) {
-      const int sp = i / (G * hd), gd = i - sp * (G * hd);
-      const int g = gd / hd, d = gd - g * hd;
-      const float* sg = sc + g * scs;
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-      int j = sp;
-      for (; j + 3 * splits < cn; j += 4 * splits) {
-        a0 = fmaf(sg[j], bf2f(vb[j * hd + d]), a0);
-        a1 = fmaf(sg[j + splits], bf2f(vb[(j + splits) * hd + d]), a1);
-        a2 = fmaf(sg[j + 2 * splits], bf2f(vb[(j + 2 * splits) * hd + d]), a2);
-        a3 = fmaf(sg[j + 3 * splits], bf2f(vb[(j + 3 * splits) * hd + d]), a3);
+    // o partials: thread (split, g, 8 dims) sums positions split, split + splits, ... with one 16-byte V read per
+    // position into eight accumulators (one per dim), stored in a fixed order. Per-element 2-byte reads cost 8x the
+    // shared-memory wavefronts and were most of a chunk's time at long context (perf log v29).
+    {
+      const int d8n = hd / 8, ngd = G * d8n;
+      for (int i = tid; i < splits * ngd; i += kThreads) {
+        const int sp = i / ngd, gd = i - sp * ngd;
+        const int g = gd / d8n, d0 = (gd - g * d8n) * 8;
+        const float* sg = sc + g * scs;
+        float a[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a[k] = 0.f;
+        for (int j = sp; j < cn; j += splits) {
+          const float pj = sg[j];
+          const uint4 v8 = *reinterpret_cast<const uint4*>(vb + j * hd + d0);
+          const uint32_t vw[4] = {v8.x, v8.y, v8.z, v8.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            a[2 * k] = fmaf(pj, __uint_as_float(vw[k] << 16), a[2 * k]);
+            a[2 * k + 1] = fmaf(pj, __uint_as_float(vw[k] & 0xffff0000u), a[2 * k + 1]);
+          }
+        }
+        float4* op = reinterpret_cast<float4*>(opart + sp * G * hd + g * hd + d0);
+        op[0] = make_float4(a[0], a[1], a[2], a[3]);
+        op[1] = make_float4(a[4], a[5], a[6], a[7]);
       }
-      if (j < cn) a0 = fmaf(sg[j], bf2f(vb[j * hd + d]), a0);
-      if (j + splits < cn) a1 = fmaf(sg[j + splits], bf2f(vb[(j + splits) * hd + d]), a1);
-      if (j + 2 * splits < cn) a2 = fmaf(sg[j + 2 * splits], bf2f(vb[(j + 2 * splits) * hd + d]), a2);
-      opart[i] = (a0 + a1) + (a2 + a3);
     }
     __syncthreads();
     for (int i = tid; i < G * hd; i += kThreads) {
@@ -2569,20 +2577,30 @@ cudaError_t launch_cooperative(const KernelParams& p, Kernel kernel, cudaStream_
 }  // namespace
 
 #ifdef TILES_DEFAULT_VARIANT
-// decode_kernel_default.cu: the default option set as compile-time constants (TILES_LEAN_OPT = kOptDefault), one
-// instantiation. The host launches it whenever TILES_KERNEL_OPT is the default (decode_step_cuda.cpp).
+// decode_kernel_default.cu: the default option set as compile-time constants (TILES_LEAN_OPT = kOptDefault, or
+// TILES_DEFAULT_OPT), one instantiation: the poll instantiation's when the set has one of its options. The host
+// launches it whenever TILES_KERNEL_OPT is that set (launch_decode).
+namespace {
+constexpr int32_t kVariantOpt = static_cast<int32_t>(TILES_LEAN_OPT);
+static_assert((kVariantOpt & (kOptWeightRing | kOptStream)) == 0 && !stage_ahead(kVariantOpt),
+              "the default variant compiles the plain or the poll instantiation only");
+constexpr bool kVariantPoll = (kVariantOpt & (kOptPollPrefetch | kOptPrefetchAfterAttn | kOptPollAhead)) != 0;
+}  // namespace
+
+int32_t decode_default_opt() { return kVariantOpt; }
+
 cudaError_t decode_default_set_smem_limit(int32_t bytes) {
-  return cudaFuncSetAttribute(decode_kernel<false, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              bytes);
+  return cudaFuncSetAttribute(decode_kernel<false, false, kVariantPoll, false>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<false, false, false, false>, kThreads,
-                                                       smem_bytes);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<false, false, kVariantPoll, false>,
+                                                       kThreads, smem_bytes);
 }
 
 cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream) {
-  return launch_cooperative(p, decode_kernel<false, false, false, false>, stream);
+  return launch_cooperative(p, decode_kernel<false, false, kVariantPoll, false>, stream);
 }
 #else
 cudaError_t decode_set_smem_limit(int32_t bytes) {
@@ -2622,7 +2640,7 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 }
 
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic) {
-  if (p.opt == kOptDefault && !generic) return launch_decode_default(p, stream);
+  if (p.opt == decode_default_opt() && !generic) return launch_decode_default(p, stream);
   if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
   if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);
   if (stage_ahead(p.opt)) return launch_cooperative(p, decode_kernel<false, true, false, false>, stream);

@@ -256,7 +256,7 @@ struct SmemLayout {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline bool stage_ahead(int32_t opt) {
+constexpr bool stage_ahead(int32_t opt) {
   return (opt & kOptStageAhead) && (opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing));
 }
 
@@ -272,7 +272,8 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt, int32_t stream_stage
   if (h.num_heads * hd > max_in) max_in = h.num_heads * hd;
   if (h.intermediate > max_in) max_in = h.intermediate;
   s.chunk = kAttnChunkElems / hd;
-  s.splits = G * hd >= kThreads ? 1 : kThreads / (G * hd);
+  // attn_tile's o partials: one thread per (split, head, 8 dims); the splits cover a chunk's positions.
+  s.splits = G * hd / 8 >= kThreads ? 1 : kThreads / (G * hd / 8);
   int32_t o = 0;
   // The plan tables come first (offset 0): buffer_ptr / weight_cols find them without the layout.
   const bool plan_smem = (opt & kOptPlanSmem) != 0;
@@ -371,6 +372,7 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool gener
 // The same kernel compiled with the default option set as constants (decode_kernel_default.cu): dead option code
 // costs the default path registers and instruction fetch (perf log v27: 4% on Llama-1B, 11% on SmolLM2), so
 // launch_decode runs this one whenever p.opt is kOptDefault. decode_set_smem_limit / decode_blocks_per_sm cover it.
+int32_t decode_default_opt();  // the option set it was compiled for (kOptDefault unless TILES_DEFAULT_OPT)
 cudaError_t decode_default_set_smem_limit(int32_t bytes);
 cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks);
 cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream);

@@ -4,8 +4,14 @@
 // bit-identical results). Exports decode_default_* / launch_decode_default (decode_kernel.h).
 #include "cuda/decode_kernel.h"
 
+// TILES_DEFAULT_OPT (build knob, setup.py): compile another option set as the default variant, to measure an option
+// inside it (perf log v29); the host then launches this variant for that set instead of kOptDefault.
 #ifndef TILES_LEAN_OPT
+#ifdef TILES_DEFAULT_OPT
+#define TILES_LEAN_OPT (TILES_DEFAULT_OPT)
+#else
 #define TILES_LEAN_OPT tiles::cuda::kOptDefault
+#endif
 #endif
 #define TILES_DEFAULT_VARIANT 1
 #include "cuda/decode_kernel.cu"
