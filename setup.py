@@ -14,8 +14,9 @@ Environment:
                         compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
   TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
                         instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log v29).
-  TILES_FLAGS=1         hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf log v28 and
-                        v29: SmolLM2 -11%, Llama-1B +1%; runtime knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
+  TILES_FLAGS=1         experiment: hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf
+                        log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; one unexplained bit-identity failure, so
+                        for experiments only; runtime knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
 """
 import glob
 import os
