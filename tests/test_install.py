@@ -154,6 +154,9 @@ TOOL_BUILDS = {
     # The flag-in-data experiment build (setup.py TILES_FLAGS=1, csrc/cuda/flag_data.cuh), both compilations.
     "decode_kernel_flags": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_FLAGS=1"]),
     "decode_kernel_default_flags": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_FLAGS=1"]),
+    # The default variant compiled for another option set (setup.py TILES_DEFAULT_OPT; 156255 = 25183 + PollAhead
+    # selects the poll instantiation).
+    "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
 }
 
 
@@ -167,6 +170,21 @@ def test_nvcc_compiles_measurement_tools(name, tmp_path):
            "-Xcompiler", "-fPIC", "-c", str(source), "-o", str(tmp_path / (name + ".o"))]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
+
+
+def test_default_variant_refuses_an_option_set_it_cannot_compile(tmp_path):
+    """TILES_DEFAULT_OPT with the ring (1024) or the stream (65536): a compile error that names the reason, not a
+    variant that silently runs the plain path for a set that asked for the ring."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): CUDA sources not compiled")
+    for opt in (25183 | 1024, 25183 | 65536):
+        cmd = [nvcc, *NVCC_FLAGS, "-O3", f"-DTILES_DEFAULT_OPT={opt}", f"-I{REPO / 'csrc'}",
+               f"-I{REPO / 'csrc' / 'generated'}", "-Xcompiler", "-fPIC", "-c",
+               str(CUDA_DIR / "decode_kernel_default.cu"), "-o", str(tmp_path / "x.o")]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert out.returncode != 0, f"TILES_DEFAULT_OPT={opt} compiled"
+        assert "the default variant compiles the plain or the poll instantiation only" in out.stdout + out.stderr
 
 
 def _glue_sources() -> list[Path]:
