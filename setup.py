@@ -13,7 +13,7 @@ Environment:
   TILES_LEAN_OPT=N      experiment: the kernel option bits fixed at N at compile time (every other option's code
                         compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
   TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
-                        instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log v29).
+                        instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log, session 9).
   TILES_FLAGS=1         experiment: hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf
                         log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; one unexplained bit-identity failure, so
                         for experiments only; runtime knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
@@ -113,7 +113,7 @@ def _extension():
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT") + _int_knob("TILES_DEFAULT_OPT")
-        # Flag-in-data hand-offs with TILES_FLAGS=1 (csrc/cuda/flag_data.cuh, perf log v28, v29).
+        # Flag-in-data hand-offs with TILES_FLAGS=1 (csrc/cuda/flag_data.cuh, perf log v28, session 9).
         if os.environ.get("TILES_FLAGS", "0") not in ("", "0"):
             knobs.append(("TILES_FLAGS", "1"))
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,

@@ -5,7 +5,7 @@
 #include "cuda/decode_kernel.h"
 
 // TILES_DEFAULT_OPT (build knob, setup.py): compile another option set as the default variant, to measure an option
-// inside it (perf log v29); the host then launches this variant for that set instead of kOptDefault.
+// inside it (perf log, session 9: v16 and v26); the host then launches this variant for that set instead of kOptDefault.
 #ifndef TILES_LEAN_OPT
 #ifdef TILES_DEFAULT_OPT
 #define TILES_LEAN_OPT (TILES_DEFAULT_OPT)
