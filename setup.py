@@ -15,8 +15,8 @@ Environment:
   TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
                         instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log, session 9).
   TILES_FLAGS=1         experiment: hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf
-                        log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; one unexplained bit-identity failure, so
-                        for experiments only; runtime knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
+                        log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; its one bit-identity failure is fixed but
+                        not yet re-run on a GPU: for experiments only; knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
 """
 import glob
 import os

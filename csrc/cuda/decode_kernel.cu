@@ -2026,6 +2026,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     if (stage != nullptr || attn_pre) cp_async_wait_all();  // no copy may land in a block that has exited
     return false;
   }
+  // attn_prestage's RoPE tables are read by other threads: in counter builds the wait's barrier publishes them, a
+  // flag build's ATTN tile has no wait (without this barrier: session 9's flag-build bit-identity failure, opt 64).
+  if (kFlags && attn_pre) __syncthreads();
   TILES_MARK(kTimeWaited);
   if (kExp && (OPT(p) & kOptPrefetchAfterAttn) && t.op == kOpAttn && tid < 32 && g_pf_rec != nullptr)
     prefetch_rows(p, load_tile_rec(g_pf_rec), kWarps * kStageBytesPerWarp);
