@@ -1923,8 +1923,8 @@ __device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, 
     const int g = i / hd, d = i - g * hd;
     float acc = 0.f;
 #ifdef TILES_FLAGS
-    // Sixteen partitions' words in flight at once (the default partition count: one round trip; a loop of single
-    // polls would pay one per partition).
+    // Eight partitions' words in flight at once (a loop of single polls would pay one round trip per partition;
+    // sixteen, the default partition count, made the flag build's default variant spill: perf log, session 8).
     for (int pp0 = 0; pp0 < P; pp0 += 8) {
       int64_t idx[8];
       float v[8];
