@@ -7,25 +7,15 @@
 # build measured; append @TILES_GENERIC_KERNEL=1 to an opt_ab entry for the runtime-options kernel.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
-t0=$(date +%s)
-build() {  # lean value or empty
-  rm -rf build tiles_ext/_C*.so
-  TILES_LEAN_OPT=$1 python3 -m pip install --no-build-isolation --no-deps -q -e . > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
-  echo "build '$1' t=$(( $(date +%s) - t0 ))"
-}
-ab() {  # tag [opts]
-  timeout 150 python3 scripts/opt_ab.py --rounds 1 --opts "${2:-25183}" \
-    --models "llama-3.2-1b:32,4064;smollm2-135m:32" 2>&1 | grep -v Warning | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1//"
-}
-build ""
+source scripts/ab_common.sh
+build normal
 timeout 90 python3 scripts/lean_check.py save /tmp/ref.pt 2>&1 | tail -1
-ab normal
-build 25183
+ab normal 25183 1
+build lean TILES_LEAN_OPT=25183
 timeout 90 python3 scripts/lean_check.py compare /tmp/ref.pt 2>&1 | tail -2
-ab lean
-build ""
+ab lean 25183 1
+build normal
 # The PollPrefetch instantiation's experiments against its own baseline (nothing enabled): v12 PollPrefetch (4096),
 # v16 PrefetchAfterAttn (32768), v26 PollAhead (131072).
-ab normal2 "25183,29279@TILES_POLL_PREFETCH_CAP=0,29279,57951,156255"
-echo "t=$(( $(date +%s) - t0 ))"
+ab normal2 "25183,29279@TILES_POLL_PREFETCH_CAP=0,29279,57951,156255" 1
+echo "t=$(( $(date +%s) - AB_T0 ))"

@@ -1,0 +1,21 @@
+# Sourced by the device-call A/B scripts (lean_ab.sh, flags_ab.sh, ...): the GPU machine's build environment and
+# the two steps they all repeat. Not a script of its own.
+#   build TAG [VAR=value ...]   a fresh editable build of the extension with those build knobs (setup.py)
+#   ab TAG [OPTS] [ROUNDS]      opt_ab of the option sets OPTS (default 25183) at Llama-1B ctx 32 / 4064 and
+#                               SmolLM2 ctx 32, ROUNDS rounds (default 2), lines prefixed with TAG; its JSON is kept
+#                               as $OUT/opt_ab-TAG.json
+export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
+AB_T0=$(date +%s)
+build() {
+  local tag=$1
+  shift
+  rm -rf build tiles_ext/_C*.so
+  env "$@" python3 -m pip install --no-build-isolation --no-deps -q -e . > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
+  echo "build $tag t=$(( $(date +%s) - AB_T0 ))"
+}
+ab() {
+  timeout 150 python3 scripts/opt_ab.py --rounds "${3:-2}" --opts "${2:-25183}" \
+    --models "llama-3.2-1b:32,4064;smollm2-135m:32" 2>&1 | grep -v Warning | grep "round\|rror" \
+    | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1//"
+  mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
+}
