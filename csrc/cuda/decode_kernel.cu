@@ -194,6 +194,26 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
+#ifdef TILES_ATTN_MMA
+// d += A * B on the tensor cores: one m16n8k16 tile, bf16 inputs, fp32 accumulators. PTX fragments (lane = 4r + t):
+// A rows r (a0, a2) and r + 8 (a1, a3), columns 2t, 2t + 1 (a0, a1) and + 8 (a2, a3); B rows (k) 2t, 2t + 1 (b0) and
+// + 8 (b1), column r; d rows r (d0, d1) and r + 8 (d2, d3), columns 2t, 2t + 1.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// (x0, x1) as two bf16x2 words that add up to it within ~16 mantissa bits (hi = bf16(x), lo = bf16(x - hi)): two
+// MMAs, hi then lo, keep about the accuracy of the fp32 path for q and the probabilities.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const uint16_t h0 = f2bf(x0), h1 = f2bf(x1);
+  hi = uint32_t(h0) | (uint32_t(h1) << 16);
+  lo = uint32_t(f2bf(x0 - bf2f(h0))) | (uint32_t(f2bf(x1 - bf2f(h1))) << 16);
+}
+#endif
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -704,6 +724,16 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
   }
 }
 
+// floor(a / b) for 0 <= a < 2^16 and 1 <= b <= 64 in four instructions (I2F, FADD, MUFU.RCP, FMUL, F2I) instead of
+// the ~20-instruction dependent sequence of a 32-bit integer division by a runtime value (perf log v25: two of them
+// per matvec item on the critical path). (a + 0.5) / b lies at least 0.5 / b from an integer, and rcp.approx errs by
+// at most one ulp; tests/test_fast_div.py checks the whole domain with the reciprocal one ulp off either way.
+__device__ __forceinline__ int32_t div_small(int32_t a, int32_t b) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(static_cast<float>(b)));
+  return static_cast<int32_t>((static_cast<float>(a) + 0.5f) * r);
+}
+
 // How a tile's rows are cut into warp work items (identical for the staging before the wait and the matvec).
 struct MatvecShape {
   int32_t nunits, nchunks, ksplit, slice, items;
@@ -717,12 +747,12 @@ __device__ __forceinline__ MatvecShape matvec_shape(int op, int32_t nrows, int32
   m.nchunks = cols / 8;
   m.ksplit = 1;
   if (m.nunits < kWarps) {
-    m.ksplit = kWarps / m.nunits;
+    m.ksplit = div_small(kWarps, m.nunits);  // nunits < kWarps
     const int32_t maxk = (m.nchunks + 32 * kUnroll - 1) / (32 * kUnroll);
     if (m.ksplit > maxk) m.ksplit = maxk;
     if (m.ksplit < 1) m.ksplit = 1;
   }
-  m.slice = (m.nchunks + m.ksplit - 1) / m.ksplit;
+  m.slice = div_small(m.nchunks + m.ksplit - 1, m.ksplit);  // nchunks = cols / 8 < 2^16, ksplit <= kWarps
   m.items = m.nunits * m.ksplit;
   return m;
 }
@@ -737,7 +767,7 @@ struct MatvecItem {
 __device__ __forceinline__ MatvecItem matvec_item(const MatvecShape& m, const uint16_t* W, const uint16_t* W2,
                                                   int32_t row_begin, int32_t row_end, int32_t cols, int32_t item) {
   MatvecItem it;
-  it.unit = item / m.ksplit;
+  it.unit = div_small(item, m.ksplit);  // item < nunits * ksplit < 2^16
   const int32_t ks = item - it.unit * m.ksplit;
   it.c0 = ks * m.slice;
   it.c1 = it.c0 + m.slice < m.nchunks ? it.c0 + m.slice : m.nchunks;
@@ -1621,7 +1651,7 @@ __device__ void attn_prestage(const KernelParams& p, const Tile& t, int64_t pos,
   for (int i = threadIdx.x; i < (end - lo) * cpr; i += kThreads) {
     const int j = i / cpr, c = i - j * cpr;
     cp_async16(kb + j * kstride + c * 8, kc + (lo + j) * int64_t(hd) + c * 8);
-    cp_async16(vb + j * hd + c * 8, vc + (lo + j) * int64_t(hd) + c * 8);
+    cp_async16(vb + j * attn_vstride(hd) + c * 8, vc + (lo + j) * int64_t(hd) + c * 8);
   }
   cp_async_commit();
 }
@@ -1636,7 +1666,7 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
   for (int i = threadIdx.x; i < cn * cpr; i += kThreads) {
     const int j = i / cpr, c = i - j * cpr;
     cp_async16(kb + j * kstride + c * 8, kc + i * 8);  // i * 8 = j * hd + c * 8: rows are contiguous in the cache
-    cp_async16(vb + j * hd + c * 8, vc + i * 8);
+    cp_async16(vb + j * attn_vstride(hd) + c * 8, vc + i * 8);
   }
   cp_async_commit();
 }
@@ -1713,7 +1743,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       vc[pos * hd + d] = vr;
       if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
         kb[(pos - lo) * kstride + d] = kr;
-        vb[(pos - lo) * hd + d] = vr;
+        vb[(pos - lo) * attn_vstride(hd) + d] = vr;
       }
     };
     // Threads past the q elements take the row, so that its reads and q's are one L2 round trip, not two.
@@ -1731,6 +1761,23 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
+#ifdef TILES_ATTN_MMA
+  // The tensor-core path's shapes: heads fit A's first 8 rows, whole k-steps of 16 dims, warps split evenly into
+  // 8-dim tiles, chunks of whole k-steps of positions. Otherwise the fp32 path below.
+  const bool mma_ok = G <= 8 && hd % 16 == 0 && hd / 8 <= kWarps && kWarps % (hd / 8) == 0 && L.chunk % 16 == 0 &&
+                      kWarps / (hd / 8) <= splits;
+#endif
+#if TILES_ATTN_MMA == 2
+  // TILES_ATTN_MMA=2: each warp runs a chunk's whole pipeline on its own 8 positions of it (scores, online softmax,
+  // o) in registers on the tensor cores, and the warps' (m, l, o) are combined once per tile: two block barriers per
+  // chunk (rows landed, buffer free) instead of five. Needs one 8-position tile per warp and room for 16 warp states.
+  const bool warp_ok = G <= 8 && hd % 16 == 0 && hd <= 64 && L.chunk == 8 * kWarps && splits >= kWarps;
+  const int wr = lane >> 2, wt2 = (lane & 3) * 2;  // fragment row (head; V: dim) and column pair (position)
+  float wm = -INFINITY, wl = 0.f;                   // this warp's running max and sum for head wr (wr < G)
+  float wo[8][4];                                   // its o for head wr, per 8-dim tile (rows wr + 8 stay zero)
+#pragma unroll
+  for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = wo[n][2] = wo[n][3] = 0.f;
+#endif
   const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
   // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
   // for. Every row is final here: rows < pos before the step, row pos after the barrier above (in the cache, and in
@@ -1759,10 +1806,90 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       const uint4 kv = __ldcg(reinterpret_cast<const uint4*>(kc + int64_t(c0 + j) * hd) + c);
       const uint4 vv = __ldcg(reinterpret_cast<const uint4*>(vc + int64_t(c0 + j) * hd) + c);
       *reinterpret_cast<uint4*>(kb + j * kstride + c * 8) = kv;
-      *reinterpret_cast<uint4*>(vb + j * hd + c * 8) = vv;
+      *reinterpret_cast<uint4*>(vb + j * attn_vstride(hd) + c * 8) = vv;
     }
     __syncthreads();
     if (c0 == lo) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row and the first chunk's K/V rows
+#if TILES_ATTN_MMA == 2
+    if (warp_ok) {
+      const int p0 = warp * 8;
+      if (p0 < cn) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        const uint16_t* kr = kb + (p0 + wr) * kstride + wt2;
+        const float* qr = qf + wr * (hd + 4) + wt2;
+        for (int k0 = 0; k0 < hd; k0 += 16) {
+          uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
+          if (wr < G) {
+            split_bf16x2(qr[k0], qr[k0 + 1], h0, l0);
+            split_bf16x2(qr[k0 + 8], qr[k0 + 9], h2, l2);
+          }
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + k0);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + k0 + 8);
+          mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
+          mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
+        }
+        // Online softmax over this warp's positions p0 + wt2, + 1 (the four lanes of a row hold its eight).
+        const bool in0 = p0 + wt2 < cn, in1 = p0 + wt2 + 1 < cn;
+        const float s0 = in0 ? d[0] * scale : -INFINITY, s1 = in1 ? d[1] * scale : -INFINITY;
+        float mx = fmaxf(s0, s1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(wm, mx);  // finite: position p0 is in the chunk
+        const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
+        const float e0 = in0 ? expf(s0 - mn) : 0.f, e1 = in1 ? expf(s1 - mn) : 0.f;
+        float ls = e0 + e1;
+        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+        wl = wl * alpha + ls;
+        wm = mn;
+        // o += P V: P's A fragment is the scores' C fragment (row wr, positions wt2, wt2 + 1; the upper eight
+        // positions of the k-step are zero), V's B fragment column is dim n * 8 + wr.
+        uint32_t ph, pl;
+        split_bf16x2(e0, e1, ph, pl);
+        if (wr >= G) ph = pl = 0u;
+        const uint16_t* vcol = vb + wr;
+        const uint32_t r0 = (p0 + wt2) * attn_vstride(hd), r1 = r0 + attn_vstride(hd);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          if (n * 8 < hd) {
+            wo[n][0] *= alpha;
+            wo[n][1] *= alpha;
+            const uint32_t b0 = (in0 ? uint32_t(vcol[r0 + n * 8]) : 0u) | ((in1 ? uint32_t(vcol[r1 + n * 8]) : 0u) << 16);
+            mma_bf16_16816(wo[n], ph, 0u, 0u, 0u, b0, 0u);
+            mma_bf16_16816(wo[n], pl, 0u, 0u, 0u, b0, 0u);
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
+    } else {
+#endif
+#ifdef TILES_ATTN_MMA
+    if (mma_ok) {
+      // Scores on the tensor cores: one warp per 8 positions, the heads as A's rows (G <= 8 real, the rest zero), q
+      // split into hi + lo bf16 halves. Rows past cn hold stale K: their columns are never read.
+      const int r = lane >> 2, t2 = (lane & 3) * 2;
+      for (int nt = warp; nt * 8 < cn; nt += kWarps) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        const uint16_t* kr = kb + (nt * 8 + r) * kstride + t2;
+        const float* qr = qf + r * (hd + 4) + t2;
+        for (int k0 = 0; k0 < hd; k0 += 16) {
+          uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
+          if (r < G) {
+            split_bf16x2(qr[k0], qr[k0 + 1], h0, l0);
+            split_bf16x2(qr[k0 + 8], qr[k0 + 9], h2, l2);
+          }
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + k0);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + k0 + 8);
+          mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
+          mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
+        }
+        if (r < G) {
+          sc[r * scs + nt * 8 + t2] = d[0] * scale;
+          sc[r * scs + nt * 8 + t2 + 1] = d[1] * scale;
+        }
+      }
+    } else
+#endif
     // Scores: one (position, head) per thread.
     for (int i = tid; i < cn * G; i += kThreads) {
       const int j = i / G, g = i - j * G;
@@ -1817,7 +1944,37 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     // shared-memory wavefronts (perf log v29: the attention -9% at 16K positions).
     // A short chunk takes fewer splits (at least 8 positions each), so that the combine below stays short: at
     // 32 positions, 16 splits of 2 cost 0.7% per token (perf log v29).
-    const int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
+    int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
+#ifdef TILES_ATTN_MMA
+    if (mma_ok) {
+      // o partials on the tensor cores: warp = (8-dim tile, position group), P split into hi + lo bf16 halves;
+      // positions >= cn enter as zeros in both P and V (a stale V row may hold a NaN, and 0 * NaN is NaN).
+      const int ndt = hd / 8, dt = warp % ndt, ph = warp / ndt;
+      nsp = kWarps / ndt;
+      const int span = (L.chunk / nsp + 15) / 16 * 16;
+      const int r = lane >> 2, t2 = (lane & 3) * 2;
+      const uint16_t* vcol = vb + dt * 8 + r;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int k0 = ph * span; k0 < (ph + 1) * span && k0 < cn; k0 += 16) {
+        uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
+        if (r < G) {
+          const float* pr = sc + r * scs + k0 + t2;
+          split_bf16x2(k0 + t2 < cn ? pr[0] : 0.f, k0 + t2 + 1 < cn ? pr[1] : 0.f, h0, l0);
+          split_bf16x2(k0 + t2 + 8 < cn ? pr[8] : 0.f, k0 + t2 + 9 < cn ? pr[9] : 0.f, h2, l2);
+        }
+        auto v = [&](int k) -> uint32_t { return k < cn ? uint32_t(vcol[k * attn_vstride(hd)]) : 0u; };
+        const uint32_t b0 = v(k0 + t2) | (v(k0 + t2 + 1) << 16);
+        const uint32_t b1 = v(k0 + t2 + 8) | (v(k0 + t2 + 9) << 16);
+        mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
+        mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
+      }
+      if (r < G) {
+        float* op = opart + ph * G * hd + r * hd + dt * 8 + t2;
+        op[0] = d[0];
+        op[1] = d[1];
+      }
+    } else
+#endif
     {
       const int d8n = hd / 8, ngd = G * d8n;
       for (int i = tid; i < nsp * ngd; i += kThreads) {
@@ -1829,7 +1986,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
         for (int k = 0; k < 8; ++k) a[k] = 0.f;
         for (int j = sp; j < cn; j += nsp) {
           const float pj = sg[j];
-          const uint4 v8 = *reinterpret_cast<const uint4*>(vb + j * hd + d0);
+          const uint4 v8 = *reinterpret_cast<const uint4*>(vb + j * attn_vstride(hd) + d0);
           const uint32_t vw[4] = {v8.x, v8.y, v8.z, v8.w};
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
@@ -1850,12 +2007,55 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       of[i] = acc;
     }
     __syncthreads();
+#if TILES_ATTN_MMA == 2
+    }
+#endif
     if (kv_delta != 0) {  // the buffer just read receives chunk c+2
       kb += kv_delta;
       vb += kv_delta;
       kv_delta = -kv_delta;
     }
   }
+#if TILES_ATTN_MMA == 2
+  if (warp_ok) {
+    // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
+    // runs) into of / ml, the layout MERGE and the partial's store read.
+    if (wr < G) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        if (n * 8 < hd) {
+          opart[(warp * G + wr) * hd + n * 8 + wt2] = wo[n][0];
+          opart[(warp * G + wr) * hd + n * 8 + wt2 + 1] = wo[n][1];
+        }
+      }
+      if (wt2 == 0) {
+        sc[(warp * G + wr) * 2] = wm;
+        sc[(warp * G + wr) * 2 + 1] = wl;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < G * hd; i += kThreads) {
+      const int g = i / hd;
+      float M = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
+      float Ls = 0.f, O = 0.f;
+      for (int w = 0; w < kWarps && M != -INFINITY; ++w) {
+        const float mw = sc[(w * G + g) * 2];
+        if (mw != -INFINITY) {
+          const float f = expf(mw - M);
+          Ls += f * sc[(w * G + g) * 2 + 1];
+          O += f * opart[(w * G + g) * hd + (i - g * hd)];
+        }
+      }
+      of[i] = O;
+      if (i - g * hd == 0) {
+        ml[g] = M;
+        ml[G + g] = Ls;
+      }
+    }
+    __syncthreads();
+  }
+#endif
   TILES_MARK(kTimePhase2);
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
   for (int i = tid; i < G * (hd + 2); i += kThreads) {

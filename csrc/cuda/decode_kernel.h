@@ -230,7 +230,7 @@ struct SmemLayout {
   int32_t cs;       // fp32 cos, sin [hd]
   int32_t sc;       // fp32 scores / probabilities [chunk * G]
   int32_t kbuf;     // bf16 K chunk [chunk][hd + 8] (padded against bank conflicts)
-  int32_t vbuf;     // bf16 V chunk [chunk][hd]
+  int32_t vbuf;     // bf16 V chunk [chunk][attn_vstride(hd)]
   int32_t kbuf2;    // kOptAttnDoubleBuffer: second K chunk (as kbuf); -1 when off or it does not fit
   int32_t vbuf2;    // kOptAttnDoubleBuffer: second V chunk (as vbuf); -1 when off or it does not fit
   int32_t msf;      // fp32 merge scale factors [G * P]
@@ -258,6 +258,19 @@ __host__ __device__
 #endif
 constexpr bool stage_ahead(int32_t opt) {
   return (opt & kOptStageAhead) && (opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing));
+}
+
+// Row stride (elements) of a staged V chunk. The tensor-core attention build (TILES_ATTN_MMA, perf log, session 9
+// Next) pads it as K's is: its B-operand reads take two rows per lane group, conflict-free only with the pad.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int32_t attn_vstride(int32_t hd) {
+#ifdef TILES_ATTN_MMA
+  return hd + 8;
+#else
+  return hd;
+#endif
 }
 
 #if defined(__CUDACC__)
@@ -294,7 +307,7 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt, int32_t stream_stage
   s.cs = o; o += up16(hd * 4);
   s.sc = o; o += up16(G * (s.chunk + 8) * 4);
   s.kbuf = o; o += up16(s.chunk * (hd + 8) * 2);
-  s.vbuf = o; o += up16(s.chunk * hd * 2);
+  s.vbuf = o; o += up16(s.chunk * attn_vstride(hd) * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);
   s.rsd = o; o += up16(h.hidden * 4);
   // The weight ring's slots take the place of the stage (128 KB; 4, 128 and 256 are off with it).
@@ -332,7 +345,7 @@ inline SmemLayout smem_layout(const Header& h, int32_t opt, int32_t stream_stage
   // bit 4 stages only a matvec tile's own batch and consumes it within that tile, so the stage is idle during an ATTN
   // tile (with 128 or the ring, bulk copies may be landing there). Else it is appended last (every other offset
   // unchanged), where it fits. Both ways vbuf2 - vbuf = kbuf2 - kbuf (attn_tile swaps the buffers by one offset).
-  const int32_t kv2 = up16(s.chunk * (hd + 8) * 2) + up16(s.chunk * hd * 2);
+  const int32_t kv2 = up16(s.chunk * (hd + 8) * 2) + up16(s.chunk * attn_vstride(hd) * 2);
   s.kbuf2 = s.vbuf2 = -1;
   if (opt & kOptAttnDoubleBuffer) {
     if ((opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing | kOptStream)) && !ahead &&
