@@ -17,8 +17,6 @@ Environment:
   TILES_ATTN_MMA=1|2    experiment: the attention on the tensor cores (mma.m16n8k16, q and the probabilities as hi +
                         lo bf16 halves; 1: scores and o partials in the chunk loop, v30; 2: each warp's positions
                         end to end in registers, one combine per tile, v31; perf log). NOT yet run on a GPU.
-  TILES_STAGE_LATE=1    experiment: a matvec tile's staged first batch is issued by the worker's previous matvec
-                        tile, per warp, once that warp's last loads are out (perf log v34). NOT yet run on a GPU.
   TILES_FLAGS=1         experiment: hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf
                         log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; its one bit-identity failure is fixed but
                         not yet re-run on a GPU: for experiments only; knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
@@ -118,8 +116,6 @@ def _extension():
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT") + _int_knob("TILES_DEFAULT_OPT")
-        if os.environ.get("TILES_STAGE_LATE", "0") not in ("", "0"):  # experiment: perf log v34
-            knobs.append(("TILES_STAGE_LATE", "1"))
         if os.environ.get("TILES_ATTN_MMA", "0") not in ("", "0"):  # tensor-core attention (experiment): 1 or 2
             knobs.append(("TILES_ATTN_MMA", str(int(os.environ["TILES_ATTN_MMA"]))))
         # Flag-in-data hand-offs with TILES_FLAGS=1 (csrc/cuda/flag_data.cuh, perf log v28, session 9).

@@ -157,9 +157,6 @@ TOOL_BUILDS = {
     # The default variant compiled for another option set (setup.py TILES_DEFAULT_OPT; 156255 = 25183 + PollAhead
     # selects the poll instantiation).
     "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
-    # Staging a matvec tile's first batch from the previous tile (setup.py TILES_STAGE_LATE).
-    "decode_kernel_stage_late": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_STAGE_LATE"]),
-    "decode_kernel_default_stage_late": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_STAGE_LATE"]),
     # The tensor-core attention experiments (setup.py TILES_ATTN_MMA=1 / 2).
     "decode_kernel_attn_mma": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_ATTN_MMA=1"]),
     "decode_kernel_default_attn_mma": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_MMA=1"]),

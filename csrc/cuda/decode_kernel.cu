@@ -243,16 +243,20 @@ __device__ __forceinline__ void warp_argmax(float& v, int32_t& i) {
   }
 }
 
-// Block-wide sum in a fixed order (per-thread strided sums, warp butterflies, then the warps' sums by one more
-// butterfly). Every warp does that last butterfly itself: a butterfly leaves the same value in every lane (each step
-// adds the same two operands, commuted), so all warps get warp 0's bits without a third barrier and a broadcast.
+// Block-wide sum in a fixed order (per-thread strided sums, warp butterflies, warp 0 adds the warps in order).
 __device__ float block_sum(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warp_sum(v);
   __syncthreads();  // red may still be read by a previous reduction
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  return warp_sum(lane < kWarps ? red[lane] : 0.f);
+  if (warp == 0) {
+    float s = lane < kWarps ? red[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) red[kWarps] = s;
+  }
+  __syncthreads();
+  return red[kWarps];
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -798,9 +802,10 @@ __device__ __forceinline__ void ksplit_sum(const MatvecShape& m, const float* re
 // kOptStageWeights: before the tile waits, each warp copies the first batch of its first item into its stage
 // (cp.async, asynchronous): weights never depend on activations, so they stream while the inputs are produced.
 // Each lane later reads back exactly the 16-byte chunks it copied itself (no cross-lane hand-off).
-__device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage, const MatvecShape& m,
-                                  int32_t cols) {
+__device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t cols = weight_cols(p, t.weight);
+  const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
   if (warp < m.items) {
     const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
                                       t.row_begin, t.row_end, cols, warp);
@@ -816,17 +821,6 @@ __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t*
   }
   // Every thread commits one group per staged tile, possibly empty: kOptStageAhead's wait_group 1 counts on it.
   cp_async_commit();
-}
-
-__device__ __forceinline__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage) {
-  const int32_t cols = weight_cols(p, t.weight);
-  stage_first_batch(p, t, stage, matvec_shape(t.op, t.row_end - t.row_begin, cols), cols);
-}
-
-// TILES_STAGE_LATE: the next tile's batch for the calling warp, from inside matvec's loop. Not inlined: its three
-// call sites would each carry the shape and address arithmetic into the loop's register allocation.
-__device__ __noinline__ void stage_late(const KernelParams& p, const int32_t* rec, const uint8_t* stage) {
-  stage_first_batch(p, load_tile_rec(rec), const_cast<uint8_t*>(stage));
 }
 
 __device__ __forceinline__ bool op_is_matvec(int32_t op) {
@@ -1516,15 +1510,11 @@ __device__ void matvec_stream(const KernelParams& p, int32_t cols, const uint16_
 // `bc`: kOptBulkStage state (null otherwise): this warp's batch, when armed for this tile, is read from its region
 // after the warp's mbarrier wait; after the warp's first batch the region takes the next matvec tile's batch.
 // `ring`: kOptWeightRing state of this warp (null otherwise): every batch comes from the warp's ring.
-// `m`: matvec_shape of the tile, computed by the caller before its wait (off the critical path: perf log v33).
 __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h,
                        const MatvecOut& o, float* red, const uint8_t* stage, BulkCtx* bc, RingCtx* ring,
-                       bool ahead_pending, const MatvecShape& m, const int32_t* late_rec = nullptr) {
+                       bool ahead_pending) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // TILES_STAGE_LATE: `late_rec` is the worker's next tile (a matvec tile, its local record): each warp stages its
-  // first batch into its own stage region as soon as this tile no longer needs that region and the warp has issued
-  // its last loads (below), instead of after this tile's sums, stores and signal.
-  bool late_done = late_rec == nullptr;
+  const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
   const uint4* hv = reinterpret_cast<const uint4*>(h);
   if (stage != nullptr) {
     if (ahead_pending) {
@@ -1545,10 +1535,6 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
 #endif
   const uint8_t* bstage = bc != nullptr && bc->armed == bc->k ? bc->stage : nullptr;
   bool next_done = bc == nullptr;
-  if (!late_done && warp >= m.items) {  // a warp without items here: its region is free now
-    stage_late(p, late_rec, stage);
-    late_done = true;
-  }
   for (int32_t item = warp; item < m.items; item += kWarps) {
     const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
     float a0 = 0.f, a1 = 0.f;
@@ -1574,9 +1560,7 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
     for (int32_t base = it.c0; ring == nullptr && base < it.c1; base += 32 * kUnroll) {
       uint4 wa[kUnroll], wb[kUnroll];
       const bool from_bulk = bstage != nullptr && item == warp && base == it.c0;
-      const bool from_stage = (stage != nullptr || from_bulk) && item == warp && base == it.c0;
-      const bool last_batch = item + kWarps >= m.items && base + 32 * kUnroll >= it.c1;
-      if (from_stage) {
+      if ((stage != nullptr || from_bulk) && item == warp && base == it.c0) {
         if (from_bulk) bulk_consume(p, *bc);
         const uint8_t* sw = (from_bulk ? bstage : stage) + warp * kStageBytesPerWarp;
 #pragma unroll
@@ -1598,10 +1582,6 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
             wb[u] = make_uint4(0, 0, 0, 0);
           }
         }
-        if (!late_done && last_batch) {  // the warp's last loads are issued and its staged batch was used
-          stage_late(p, late_rec, stage);
-          late_done = true;
-        }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -1611,10 +1591,6 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
           a0 = dot8(wa[u], x, a0);
           a1 = dot8(wb[u], x, a1);
         }
-      }
-      if (!late_done && last_batch) {  // the staged batch was the warp's last: its reads are consumed now
-        stage_late(p, late_rec, stage);
-        late_done = true;
       }
       if (!next_done) {  // the staged batch has been used: the region takes the next tile's batch
         bulk_next(p, *bc);
@@ -1639,7 +1615,6 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
     }
   }
   if (!next_done) bulk_next(p, *bc);  // warps without items (or with empty slices) in this tile
-  if (!late_done) stage_late(p, late_rec, stage);  // empty slices
   ksplit_sum(m, red, o);
 }
 
@@ -2214,8 +2189,7 @@ template <bool kExp, bool kStream>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
                          unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending,
-                         PollCursor* pc, bool local_merge, const StreamCtx* stream, uint32_t& stream_n,
-                         const int32_t* late_rec = nullptr) {
+                         PollCursor* pc, bool local_merge, const StreamCtx* stream, uint32_t& stream_n) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0) g_tile_times = times;
@@ -2236,12 +2210,8 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     stage = !kStream && (OPT(p) & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec
                 ? smem + L.stage
                 : nullptr;
+    if (stage != nullptr) stage_first_batch(p, t, stage);
   }
-  // The shape and width of a matvec tile depend on the plan only: computed before the wait, where they cost nothing.
-  const int32_t mv_cols = is_matvec ? weight_cols(p, t.weight) : 0;
-  MatvecShape mv_shape{};
-  if (is_matvec) mv_shape = matvec_shape(t.op, t.row_end - t.row_begin, mv_cols);
-  if (ahead == nullptr && stage != nullptr) stage_first_batch(p, t, stage, mv_shape, mv_cols);
   if (bulk && bc->armed != bc->k) {
     // Not staged by the previous matvec tile (the step's first one): stage it now, before the wait. The copy engine
     // moves it; the poll and the input loads do not queue behind it.
@@ -2289,7 +2259,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     case kOpGateup:
     case kOpLmhead:
     case kOpResid: {
-      const int32_t cols = mv_cols;
+      const int32_t cols = weight_cols(p, t.weight);
       float* rsd = reinterpret_cast<float*>(smem + L.rsd);
       const bool resid_smem = t.op == kOpResid && (OPT(p) & kOptResidSmem);
       if (resid_smem) {
@@ -2329,8 +2299,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         matvec_stream(p, cols, vec, o, red, *stream, stream_n);
       } else {
         matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage,
-               bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending, mv_shape,
-               stage != nullptr ? late_rec : nullptr);
+               bulk ? bc : nullptr, ring, ahead != nullptr && ahead_pending);
       }
 #ifndef TILES_MARK_SPLIT
       TILES_MARK(kTimePhase2);
@@ -2609,12 +2578,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     return load_tile(p, __ldg(wtiles + k));
   };
 
-#ifdef TILES_STAGE_LATE
-  // Build knob (setup.py TILES_STAGE_LATE=1, perf log v34): the staged first batch of a matvec tile is issued by
-  // the worker's previous matvec tile, per warp, once that warp's last loads are out.
-  const bool late_stage = !kRing && !kAhead && !kStream && (OPT(p) & kOptStageWeights) && !bulk && plan_local;
-  int32_t late_k = -1;  // the tile whose batch is staged already
-#endif
   for (int32_t s = 0; s < p.num_steps; ++s) {
     StepCtx sc;
     sc.epoch = epoch0 + static_cast<uint32_t>(s) + 1u;
@@ -2719,19 +2682,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       }
       uint8_t* ahead = nullptr;
       bool ahead_pending = false;
-      const int32_t* late_rec = nullptr;
-#ifdef TILES_STAGE_LATE
-      // This tile's first batch was staged by the previous (matvec) tile late in its loop; the next one's is staged
-      // by this one if both are matvec tiles of this step (not across steps: the next step may not run).
-      if (late_stage && op_is_matvec(t.op)) {
-        if (late_k == k) ahead = smem + L.stage;
-        late_k = -1;
-        if (k + 1 < tend && op_is_matvec(op_k(k + 1))) {
-          late_rec = recs + (k + 1 - tbeg) * kPlanRecWords;
-          late_k = k + 1;
-        }
-      }
-#endif
       if (kAhead && op_is_matvec(t.op)) {
         // This tile's batch (staged by the previous matvec tile, else now), then the next matvec tile's batch into
         // the other slot. Not across steps: the next step may not run.
@@ -2780,7 +2730,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       }
       if (!run_tile<kPoll, kStream>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times,
                                     bulk ? &bc : nullptr, ring, ahead, ahead_pending, pc, local_merge, stream,
-                                    stream_n, late_rec)) {
+                                    stream_n)) {
         if (kAhead) cp_async_wait_all();  // the next tile's batch may be in flight
         bulk_consume(p, bc);  // no copy may land in a block that has exited
         if (use_ring) ring_drain(p, rg);
