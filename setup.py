@@ -16,10 +16,11 @@ Environment:
                         instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log, session 9).
   TILES_ATTN_MMA=1|2    experiment: the attention on the tensor cores (mma.m16n8k16, q and the probabilities as hi +
                         lo bf16 halves; 1: scores and o partials in the chunk loop, v30; 2: each warp's positions
-                        end to end in registers, one combine per tile, v31; perf log). NOT yet run on a GPU.
+                        end to end in registers, one combine per tile, v31; perf log, session 10: v31 -18% ATTN at 16K
+                        but +5% at prompt 32, v30 slower everywhere; neither is the default).
   TILES_FLAGS=1         experiment: hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf
-                        log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; its one bit-identity failure is fixed but
-                        not yet re-run on a GPU: for experiments only; knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
+                        log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; session 9's bit-identity failure is fixed,
+                        its GPU suite passed again in session 10; knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
 """
 import glob
 import os
