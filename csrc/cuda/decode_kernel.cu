@@ -540,8 +540,11 @@ __device__ void prefetch_rows(const KernelParams& p, const Tile& t, int64_t cap)
   if (t.op == kOpGateup) prefetch_range(p.weights[t.weight2] + int64_t(t.row_begin) * cols, bytes, cap);
 }
 
-// Called by warp 0 only.
+// Called by warp 0 only. Compiled out of the default variant, which launch_decode runs only with the prefetch off
+// (the default with staged weights): its ~2300 never-executed instructions sat between the hot code of the tile
+// loop (perf log v35).
 __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos) {
+#ifndef TILES_DEFAULT_VARIANT
   const int64_t cap = p.prefetch_bytes;
   if (cap <= 0) return;
   switch (t.op) {
@@ -580,6 +583,7 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
     default:
       break;
   }
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2846,7 +2850,10 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 }
 
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic) {
-  if (p.opt == decode_default_opt() && !generic) return launch_decode_default(p, stream);
+  // The default variant has no L2-prefetch code (prefetch_tile): a prefetch asked for by TILES_PREFETCH_BYTES runs
+  // on the runtime-options kernel.
+  if (p.opt == decode_default_opt() && !generic && p.prefetch_bytes <= 0)
+    return launch_decode_default(p, stream);
   if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
   if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);
   if (stage_ahead(p.opt)) return launch_cooperative(p, decode_kernel<false, true, false, false>, stream);
