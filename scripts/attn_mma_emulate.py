@@ -33,6 +33,25 @@ def split(x0, x1):
     h0, h1 = bf16(x0), bf16(x1)
     return (h0, h1), (bf16(x0 - h0), bf16(x1 - h1))
 
+def scores_tile(qf, K, row0, hd, G):
+    """C fragments of one 8-position score tile (rows row0..row0+7 of K), q split into hi + lo halves, as the
+    kernel's mma_scores8 computes them."""
+    d = [[0.0] * 4 for _ in range(32)]
+    for k0 in range(0, hd, 16):
+        Ah, Al, Bf = [], [], []
+        for lane in range(32):
+            r, t2 = lane >> 2, (lane & 3) * 2
+            h0 = l0 = h2 = l2 = (0.0, 0.0)
+            if r < G:
+                h0, l0 = split(qf[r, k0 + t2], qf[r, k0 + t2 + 1])
+                h2, l2 = split(qf[r, k0 + t2 + 8], qf[r, k0 + t2 + 9])
+            Ah.append([h0, (0, 0), h2, (0, 0)]); Al.append([l0, (0, 0), l2, (0, 0)])
+            row = row0 + r
+            Bf.append([(K[row, k0 + t2], K[row, k0 + t2 + 1]), (K[row, k0 + t2 + 8], K[row, k0 + t2 + 9])])
+        d = mma(Ah, Bf, d); d = mma(Al, Bf, d)
+    return d
+
+
 def run(G, hd, chunk, cn, kWarps=16):
     kstride, vs, scs = hd + 8, hd + 8, chunk + 8
     qf = rng.standard_normal((G, hd + 4)).astype(np.float32)
@@ -45,19 +64,7 @@ def run(G, hd, chunk, cn, kWarps=16):
     for warp in range(kWarps):
         nt = warp
         while nt * 8 < cn:
-            d = [[0.0] * 4 for _ in range(32)]
-            for k0 in range(0, hd, 16):
-                Ah, Al, Bf = [], [], []
-                for lane in range(32):
-                    r, t2 = lane >> 2, (lane & 3) * 2
-                    h0 = l0 = h2 = l2 = (0.0, 0.0)
-                    if r < G:
-                        h0, l0 = split(qf[r, k0 + t2], qf[r, k0 + t2 + 1])
-                        h2, l2 = split(qf[r, k0 + t2 + 8], qf[r, k0 + t2 + 9])
-                    Ah.append([h0, (0, 0), h2, (0, 0)]); Al.append([l0, (0, 0), l2, (0, 0)])
-                    row = nt * 8 + r
-                    Bf.append([(K[row, k0 + t2], K[row, k0 + t2 + 1]), (K[row, k0 + t2 + 8], K[row, k0 + t2 + 9])])
-                d = mma(Ah, Bf, d); d = mma(Al, Bf, d)
+            d = scores_tile(qf, K, nt * 8, hd, G)
             for lane in range(32):
                 r, t2 = lane >> 2, (lane & 3) * 2
                 if r < G:
@@ -120,19 +127,7 @@ def run_warp_pipeline(G, hd, n_pos, kWarps=16):
             p0 = warp * 8
             if p0 >= cn:
                 continue
-            d = [[0.0] * 4 for _ in range(32)]
-            for k0 in range(0, hd, 16):
-                Ah, Al, Bf = [], [], []
-                for lane in range(32):
-                    r, t2 = lane >> 2, (lane & 3) * 2
-                    h0 = l0 = h2 = l2 = (0.0, 0.0)
-                    if r < G:
-                        h0, l0 = split(qf[r, k0 + t2], qf[r, k0 + t2 + 1])
-                        h2, l2 = split(qf[r, k0 + t2 + 8], qf[r, k0 + t2 + 9])
-                    Ah.append([h0, (0, 0), h2, (0, 0)]); Al.append([l0, (0, 0), l2, (0, 0)])
-                    row = p0 + r
-                    Bf.append([(kb[row, k0 + t2], kb[row, k0 + t2 + 1]), (kb[row, k0 + t2 + 8], kb[row, k0 + t2 + 9])])
-                d = mma(Ah, Bf, d); d = mma(Al, Bf, d)
+            d = scores_tile(qf, kb, p0, hd, G)
             S = st[warp]
             e = {}
             for lane in range(32):  # lanes of a row group see each other's values through the two shuffles

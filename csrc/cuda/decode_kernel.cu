@@ -212,6 +212,22 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   hi = uint32_t(h0) | (uint32_t(h1) << 16);
   lo = uint32_t(f2bf(x0 - bf2f(h0))) | (uint32_t(f2bf(x1 - bf2f(h1))) << 16);
 }
+
+// Scores of one 8-position tile: d += q K^T over hd, q as hi + lo bf16 halves (A rows: the lane's head when
+// `head`, zero otherwise), `kr` the lane's K row at its column pair, `qr` its q row at the same pair.
+__device__ __forceinline__ void mma_scores8(float (&d)[4], const uint16_t* kr, const float* qr, int hd, bool head) {
+  for (int k0 = 0; k0 < hd; k0 += 16) {
+    uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
+    if (head) {
+      split_bf16x2(qr[k0], qr[k0 + 1], h0, l0);
+      split_bf16x2(qr[k0 + 8], qr[k0 + 9], h2, l2);
+    }
+    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + k0);
+    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + k0 + 8);
+    mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
+    mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
+  }
+}
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -1819,19 +1835,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       const int p0 = warp * 8;
       if (p0 < cn) {
         float d[4] = {0.f, 0.f, 0.f, 0.f};
-        const uint16_t* kr = kb + (p0 + wr) * kstride + wt2;
-        const float* qr = qf + wr * (hd + 4) + wt2;
-        for (int k0 = 0; k0 < hd; k0 += 16) {
-          uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
-          if (wr < G) {
-            split_bf16x2(qr[k0], qr[k0 + 1], h0, l0);
-            split_bf16x2(qr[k0 + 8], qr[k0 + 9], h2, l2);
-          }
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + k0);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + k0 + 8);
-          mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
-          mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
-        }
+        mma_scores8(d, kb + (p0 + wr) * kstride + wt2, qf + wr * (hd + 4) + wt2, hd, wr < G);
         // Online softmax over this warp's positions p0 + wt2, + 1 (the four lanes of a row hold its eight).
         const bool in0 = p0 + wt2 < cn, in1 = p0 + wt2 + 1 < cn;
         const float s0 = in0 ? d[0] * scale : -INFINITY, s1 = in1 ? d[1] * scale : -INFINITY;
@@ -1874,19 +1878,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       const int r = lane >> 2, t2 = (lane & 3) * 2;
       for (int nt = warp; nt * 8 < cn; nt += kWarps) {
         float d[4] = {0.f, 0.f, 0.f, 0.f};
-        const uint16_t* kr = kb + (nt * 8 + r) * kstride + t2;
-        const float* qr = qf + r * (hd + 4) + t2;
-        for (int k0 = 0; k0 < hd; k0 += 16) {
-          uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
-          if (r < G) {
-            split_bf16x2(qr[k0], qr[k0 + 1], h0, l0);
-            split_bf16x2(qr[k0 + 8], qr[k0 + 9], h2, l2);
-          }
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + k0);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + k0 + 8);
-          mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
-          mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
-        }
+        mma_scores8(d, kb + (nt * 8 + r) * kstride + t2, qf + r * (hd + 4) + t2, hd, r < G);
         if (r < G) {
           sc[r * scs + nt * 8 + t2] = d[0] * scale;
           sc[r * scs + nt * 8 + t2 + 1] = d[1] * scale;
