@@ -65,6 +65,15 @@ namespace {
 __shared__ const int32_t* g_pf_rec;  // internal: decode_kernel_default.cu compiles this file again
 }
 
+// Code that is cold on the default variant's hot path (perf log v36) is kept out of line there, after the kernel,
+// so that the tile loop's hot blocks sit together; in the runtime-options kernels it stays inlined (out of line it
+// made them spill 32-156 bytes).
+#ifdef TILES_DEFAULT_VARIANT
+#define TILES_OUTLINE __noinline__
+#else
+#define TILES_OUTLINE
+#endif
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -357,7 +366,8 @@ __device__ __forceinline__ uint32_t* counter_ptr(const KernelParams& p, int32_t 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors and waits
 // ---------------------------------------------------------------------------------------------------------------
-// First error wins (atomicCAS on ERROR); the winner fills in the details.
+// First error wins (atomicCAS on ERROR); the winner fills in the details. (Out of line together with v36's two
+// functions it made the default variant spill 52 bytes: inlined.)
 __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker, int32_t tile, int32_t step,
                             int32_t counter, uint32_t seen, uint32_t wanted) {
   if (atomicCAS(p.state + kStateError, 0u, static_cast<uint32_t>(code)) == 0u) {
@@ -607,6 +617,24 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
 // ---------------------------------------------------------------------------------------------------------------
 // h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
 // `epoch`: the step's (TILES_FLAGS builds poll x's words until they carry it).
+// RMSNorm for vectors longer than kThreads * kNormRegs (or without kOptNormRegs): two reads of x. Out of line: no
+// supported model of the default set takes it, and inlined it sat between the hot blocks (perf log v36).
+__device__ TILES_OUTLINE void rmsnorm_general(const KernelParams& p, const float* x, const uint16_t* w, int n,
+                                             uint16_t* h, float* red, uint32_t epoch) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = get_f32(p, x, i, epoch);
+    ss = fmaf(v, v, ss);
+  }
+  const float total = block_sum(ss, red);
+  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = get_f32(p, x, i, epoch);
+    h[i] = f2bf(round_bf(v * r) * bf2f(__ldg(w + i)));
+  }
+  __syncthreads();
+}
+
 __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
                                 float* red, uint32_t epoch) {
   if ((kFlags || (OPT(p) & kOptNormRegs)) && n <= kThreads * kNormRegs) {
@@ -643,18 +671,7 @@ __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uin
     __syncthreads();
     return;
   }
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = get_f32(p, x, i, epoch);
-    ss = fmaf(v, v, ss);
-  }
-  const float total = block_sum(ss, red);
-  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = get_f32(p, x, i, epoch);
-    h[i] = f2bf(round_bf(v * r) * bf2f(__ldg(w + i)));
-  }
-  __syncthreads();
+  rmsnorm_general(p, x, w, n, h, red, epoch);
 }
 
 __device__ void copy_bf16_to_smem(const KernelParams& p, const uint16_t* src, int n, uint16_t* h, uint32_t epoch) {
@@ -2061,13 +2078,15 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   }
 }
 
-__device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, const SmemLayout& L, uint32_t epoch) {
+// Out of line (scalar arguments, so nothing of the caller's goes to the stack): at short context LocalMerge runs
+// instead and this code only sat between the hot blocks; at long context a call per MERGE tile costs nothing
+// (perf log v36). `sf`: L.msf.
+__device__ TILES_OUTLINE void merge_tile(const KernelParams& p, int32_t kvh, int32_t in_buf, int32_t out_buf, float* sf,
+                                        uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
-  const int kvh = t.aux0;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const float* part = reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf));
-  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
-  float* sf = reinterpret_cast<float*>(smem + L.msf);   // [G][P] exp(m_p - M) / L
+  const float* part = reinterpret_cast<const float*>(buffer_ptr(p, in_buf));
+  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, out_buf));  // sf: [G][P] exp(m_p - M) / L
   // Warp g: M = max m_p, L = sum l_p exp(m_p - M); scale factors for the o sums.
   for (int g = warp; g < G; g += kWarps) {
     if ((OPT(p) & kOptMergeOneTrip) && P <= 32) {
@@ -2163,6 +2182,44 @@ __device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t*
 // ---------------------------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------------------------
+// The LM-head tile's partial (max, argmax) over its rows, read back from the logits row this block just wrote, into
+// part[2 * slot], part[2 * slot + 1]. Out of line (scalar arguments): it runs once per step, and inlined its code sat
+// between the hot blocks of the tile loop (perf log v36).
+__device__ TILES_OUTLINE void lmhead_partial(int32_t row_begin, int32_t row_end, const float* logits, float* red,
+                                            float* part, int32_t slot, uint32_t epoch) {
+  const int tid = threadIdx.x;
+  // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
+  // wrote: the fence makes each writer's stores visible at L2 before the barrier.
+  __threadfence();
+  __syncthreads();
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  for (int32_t r = row_begin + tid; r < row_end; r += kThreads) {
+    const float v = __ldcg(logits + r);
+    if (better(v, r, bv, bi)) {
+      bv = v;
+      bi = r;
+    }
+  }
+  warp_argmax(bv, bi);
+  float* wv = red;                                   // [kWarps] values
+  int32_t* wi = reinterpret_cast<int32_t*>(red + kWarps);  // [kWarps] indices
+  if ((tid & 31) == 0) {
+    wv[tid >> 5] = bv;
+    wi[tid >> 5] = bi;
+  }
+  __syncthreads();
+  if (tid < 32) {
+    bv = tid < kWarps ? wv[tid] : -INFINITY;
+    bi = tid < kWarps ? wi[tid] : INT32_MAX;
+    warp_argmax(bv, bi);
+    if (tid == 0) {
+      put_f32(part, 2 * slot, bv, epoch);
+      put_f32(part, 2 * slot + 1, __int_as_float(bi), epoch);
+    }
+  }
+}
+
 struct StepCtx {
   uint32_t epoch;   // e = state[EPOCH] at launch + step + 1
   int32_t step;
@@ -2300,39 +2357,8 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
 #ifndef TILES_MARK_SPLIT
       TILES_MARK(kTimePhase2);
 #endif
-      if (t.op == kOpLmhead) {
-        // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
-        // wrote: the fence makes each writer's stores visible at L2 before the barrier.
-        __threadfence();
-        __syncthreads();
-        float bv = -INFINITY;
-        int32_t bi = INT32_MAX;
-        for (int32_t r = t.row_begin + tid; r < t.row_end; r += kThreads) {
-          const float v = __ldcg(o.logits + r);
-          if (better(v, r, bv, bi)) {
-            bv = v;
-            bi = r;
-          }
-        }
-        warp_argmax(bv, bi);
-        float* wv = red;                                   // [kWarps] values
-        int32_t* wi = reinterpret_cast<int32_t*>(red + kWarps);  // [kWarps] indices
-        if ((tid & 31) == 0) {
-          wv[tid >> 5] = bv;
-          wi[tid >> 5] = bi;
-        }
-        __syncthreads();
-        if (tid < 32) {
-          bv = tid < kWarps ? wv[tid] : -INFINITY;
-          bi = tid < kWarps ? wi[tid] : INT32_MAX;
-          warp_argmax(bv, bi);
-          if (tid == 0) {
-            float* part = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
-            put_f32(part, 2 * t.aux0, bv, sc.epoch);
-            put_f32(part, 2 * t.aux0 + 1, __int_as_float(bi), sc.epoch);
-          }
-        }
-      }
+      if (t.op == kOpLmhead) lmhead_partial(t.row_begin, t.row_end, o.logits, red,
+                                            reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)), t.aux0, sc.epoch);
       break;
     }
     case kOpAttn:
@@ -2342,7 +2368,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       if (local_merge) {
         merge_local(p, t, smem, L, sc.epoch);
       } else {
-        merge_tile(p, t, smem, L, sc.epoch);
+        merge_tile(p, t.aux0, t.in_buf, t.out_buf, reinterpret_cast<float*>(smem + L.msf), sc.epoch);
       }
       break;
     case kOpArgmax: {
