@@ -1798,9 +1798,10 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
-#ifdef TILES_ATTN_MMA
-  // The tensor-core path's shapes: heads fit A's first 8 rows, whole k-steps of 16 dims, warps split evenly into
-  // 8-dim tiles, chunks of whole k-steps of positions. Otherwise the fp32 path below.
+#if TILES_ATTN_MMA == 1
+  // The tensor-core path's shapes (v30): heads fit A's first 8 rows, whole k-steps of 16 dims, warps split evenly
+  // into 8-dim tiles, chunks of whole k-steps of positions. Otherwise the fp32 path below. Not compiled into v31's
+  // build (=2), whose fallback is the fp32 path: v30 measured slower than it (perf log, session 10).
   const bool mma_ok = G <= 8 && hd % 16 == 0 && hd / 8 <= kWarps && kWarps % (hd / 8) == 0 && L.chunk % 16 == 0 &&
                       kWarps / (hd / 8) <= splits;
 #endif
@@ -1888,7 +1889,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
     } else {
 #endif
-#ifdef TILES_ATTN_MMA
+#if TILES_ATTN_MMA == 1
     if (mma_ok) {
       // Scores on the tensor cores: one warp per 8 positions, the heads as A's rows (G <= 8 real, the rest zero), q
       // split into hi + lo bf16 halves. Rows past cn hold stale K: their columns are never read.
@@ -1958,7 +1959,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     // A short chunk takes fewer splits (at least 8 positions each), so that the combine below stays short: at
     // 32 positions, 16 splits of 2 cost 0.7% per token (perf log v29).
     int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
-#ifdef TILES_ATTN_MMA
+#if TILES_ATTN_MMA == 1
     if (mma_ok) {
       // o partials on the tensor cores: warp = (8-dim tile, position group), P split into hi + lo bf16 halves;
       // positions >= cn enter as zeros in both P and V (a stale V row may hold a NaN, and 0 * NaN is NaN).
