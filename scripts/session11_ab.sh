@@ -6,8 +6,8 @@
 #   v36   merge_tile, the long-vector RMSNorm and the LM head's partial argmax
 #         out of line in the default variant                                   bits compared, opt_ab 2 rounds,
 #                                                                              the kernel GPU tests
-#   mma2  v36 + TILES_ATTN_MMA=2 (v31 with less code around it, and v30 no longer
-#         compiled in as its fallback: is its +5% at ctx 32 code size?)         opt_ab 1 round, 16K timing
+#   mma2  v36 + TILES_ATTN_MMA=2 (v31 with less code around it, v30 no longer its
+#         fallback, v37: combine over used warps, half the o accumulators)     opt_ab 1 round, 16K timing
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ab_common.sh

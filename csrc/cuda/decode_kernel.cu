@@ -214,6 +214,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The same with A's rows 8-15 and its upper eight k columns zero (a1 = a2 = a3 = 0, b1 = 0): rows 8-15 of the
+// result stay zero, so they enter as zero constants and leave into scratch registers that die at once. v31 keeps
+// 16 accumulators per lane live across its chunk loop instead of 32 (perf log v37).
+__device__ __forceinline__ void mma_bf16_16816_top(float (&d)[2], uint32_t a0, uint32_t b0) {
+  asm("{\n .reg .f32 z2, z3;\n"  // rows 8-15 of the result: zero, dropped
+      " mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,z2,z3}, {%2,%3,%3,%3}, {%4,%3}, {%0,%1,%5,%5};\n}"
+      : "+f"(d[0]), "+f"(d[1])
+      : "r"(a0), "r"(0u), "r"(b0), "f"(0.f));
+}
+
 // (x0, x1) as two bf16x2 words that add up to it within ~16 mantissa bits (hi = bf16(x), lo = bf16(x - hi)): two
 // MMAs, hi then lo, keep about the accuracy of the fp32 path for q and the probabilities.
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
@@ -1812,9 +1822,9 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const bool warp_ok = G <= 8 && hd % 16 == 0 && hd <= 64 && L.chunk == 8 * kWarps && splits >= kWarps;
   const int wr = lane >> 2, wt2 = (lane & 3) * 2;  // fragment row (head; V: dim) and column pair (position)
   float wm = -INFINITY, wl = 0.f;                   // this warp's running max and sum for head wr (wr < G)
-  float wo[8][4];                                   // its o for head wr, per 8-dim tile (rows wr + 8 stay zero)
+  float wo[8][2];                                   // its o for head wr, per 8-dim tile (rows wr + 8 are zero)
 #pragma unroll
-  for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = wo[n][2] = wo[n][3] = 0.f;
+  for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = 0.f;
 #endif
   const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
   // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
@@ -1881,8 +1891,8 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
             wo[n][0] *= alpha;
             wo[n][1] *= alpha;
             const uint32_t b0 = (in0 ? uint32_t(vcol[r0 + n * 8]) : 0u) | ((in1 ? uint32_t(vcol[r1 + n * 8]) : 0u) << 16);
-            mma_bf16_16816(wo[n], ph, 0u, 0u, 0u, b0, 0u);
-            mma_bf16_16816(wo[n], pl, 0u, 0u, 0u, b0, 0u);
+            mma_bf16_16816_top(wo[n], ph, b0);
+            mma_bf16_16816_top(wo[n], pl, b0);
           }
         }
       }
@@ -2033,8 +2043,12 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
 #if TILES_ATTN_MMA == 2
   if (warp_ok) {
     // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
-    // runs) into of / ml, the layout MERGE and the partial's store read.
-    if (wr < G) {
+    // runs) into of / ml, the layout MERGE and the partial's store read. Only the first `wused` warps ever held a
+    // position (a chunk of 33 at prompt 32: 5 of 16); the others' states are empty (m = -inf) and add nothing, so
+    // the combine skips them (the same bits, a third of the serial expf chain at short context; perf log v37).
+    const int span0 = hi - lo < L.chunk ? hi - lo : L.chunk;
+    const int wused = span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
+    if (wr < G && warp < wused) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         if (n * 8 < hd) {
@@ -2051,9 +2065,9 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     for (int i = tid; i < G * hd; i += kThreads) {
       const int g = i / hd;
       float M = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
+      for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
       float Ls = 0.f, O = 0.f;
-      for (int w = 0; w < kWarps && M != -INFINITY; ++w) {
+      for (int w = 0; w < wused && M != -INFINITY; ++w) {
         const float mw = sc[(w * G + g) * 2];
         if (mw != -INFINITY) {
           const float f = expf(mw - M);
