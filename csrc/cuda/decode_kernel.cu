@@ -65,6 +65,15 @@ namespace {
 __shared__ const int32_t* g_pf_rec;  // internal: decode_kernel_default.cu compiles this file again
 }
 
+// Code that is cold on the default variant's hot path (perf log v36) is kept out of line there, after the kernel,
+// so that the tile loop's hot blocks sit together; in the runtime-options kernels it stays inlined (out of line it
+// made them spill 32-156 bytes).
+#ifdef TILES_DEFAULT_VARIANT
+#define TILES_OUTLINE __noinline__
+#else
+#define TILES_OUTLINE
+#endif
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -203,6 +212,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same with A's rows 8-15 and its upper eight k columns zero (a1 = a2 = a3 = 0, b1 = 0): rows 8-15 of the
+// result stay zero, so they enter as zero constants and leave into scratch registers that die at once. v31 keeps
+// 16 accumulators per lane live across its chunk loop instead of 32 (perf log v37).
+__device__ __forceinline__ void mma_bf16_16816_top(float (&d)[2], uint32_t a0, uint32_t b0) {
+  asm("{\n .reg .f32 z2, z3;\n"  // rows 8-15 of the result: zero, dropped
+      " mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,z2,z3}, {%2,%3,%3,%3}, {%4,%3}, {%0,%1,%5,%5};\n}"
+      : "+f"(d[0]), "+f"(d[1])
+      : "r"(a0), "r"(0u), "r"(b0), "f"(0.f));
 }
 
 // (x0, x1) as two bf16x2 words that add up to it within ~16 mantissa bits (hi = bf16(x), lo = bf16(x - hi)): two
@@ -357,7 +376,8 @@ __device__ __forceinline__ uint32_t* counter_ptr(const KernelParams& p, int32_t 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors and waits
 // ---------------------------------------------------------------------------------------------------------------
-// First error wins (atomicCAS on ERROR); the winner fills in the details.
+// First error wins (atomicCAS on ERROR); the winner fills in the details. (Out of line together with v36's two
+// functions it made the default variant spill 52 bytes: inlined.)
 __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker, int32_t tile, int32_t step,
                             int32_t counter, uint32_t seen, uint32_t wanted) {
   if (atomicCAS(p.state + kStateError, 0u, static_cast<uint32_t>(code)) == 0u) {
@@ -607,6 +627,24 @@ __device__ void prefetch_tile(const KernelParams& p, const Tile& t, int64_t pos)
 // ---------------------------------------------------------------------------------------------------------------
 // h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
 // `epoch`: the step's (TILES_FLAGS builds poll x's words until they carry it).
+// RMSNorm for vectors longer than kThreads * kNormRegs (or without kOptNormRegs): two reads of x. Out of line: no
+// supported model of the default set takes it, and inlined it sat between the hot blocks (perf log v36).
+__device__ TILES_OUTLINE void rmsnorm_general(const KernelParams& p, const float* x, const uint16_t* w, int n,
+                                             uint16_t* h, float* red, uint32_t epoch) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = get_f32(p, x, i, epoch);
+    ss = fmaf(v, v, ss);
+  }
+  const float total = block_sum(ss, red);
+  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = get_f32(p, x, i, epoch);
+    h[i] = f2bf(round_bf(v * r) * bf2f(__ldg(w + i)));
+  }
+  __syncthreads();
+}
+
 __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
                                 float* red, uint32_t epoch) {
   if ((kFlags || (OPT(p) & kOptNormRegs)) && n <= kThreads * kNormRegs) {
@@ -643,18 +681,7 @@ __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uin
     __syncthreads();
     return;
   }
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = get_f32(p, x, i, epoch);
-    ss = fmaf(v, v, ss);
-  }
-  const float total = block_sum(ss, red);
-  const float r = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = get_f32(p, x, i, epoch);
-    h[i] = f2bf(round_bf(v * r) * bf2f(__ldg(w + i)));
-  }
-  __syncthreads();
+  rmsnorm_general(p, x, w, n, h, red, epoch);
 }
 
 __device__ void copy_bf16_to_smem(const KernelParams& p, const uint16_t* src, int n, uint16_t* h, uint32_t epoch) {
@@ -1781,9 +1808,10 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
-#ifdef TILES_ATTN_MMA
-  // The tensor-core path's shapes: heads fit A's first 8 rows, whole k-steps of 16 dims, warps split evenly into
-  // 8-dim tiles, chunks of whole k-steps of positions. Otherwise the fp32 path below.
+#if TILES_ATTN_MMA == 1
+  // The tensor-core path's shapes (v30): heads fit A's first 8 rows, whole k-steps of 16 dims, warps split evenly
+  // into 8-dim tiles, chunks of whole k-steps of positions. Otherwise the fp32 path below. Not compiled into v31's
+  // build (=2), whose fallback is the fp32 path: v30 measured slower than it (perf log, session 10).
   const bool mma_ok = G <= 8 && hd % 16 == 0 && hd / 8 <= kWarps && kWarps % (hd / 8) == 0 && L.chunk % 16 == 0 &&
                       kWarps / (hd / 8) <= splits;
 #endif
@@ -1794,9 +1822,9 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   const bool warp_ok = G <= 8 && hd % 16 == 0 && hd <= 64 && L.chunk == 8 * kWarps && splits >= kWarps;
   const int wr = lane >> 2, wt2 = (lane & 3) * 2;  // fragment row (head; V: dim) and column pair (position)
   float wm = -INFINITY, wl = 0.f;                   // this warp's running max and sum for head wr (wr < G)
-  float wo[8][4];                                   // its o for head wr, per 8-dim tile (rows wr + 8 stay zero)
+  float wo[8][2];                                   // its o for head wr, per 8-dim tile (rows wr + 8 are zero)
 #pragma unroll
-  for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = wo[n][2] = wo[n][3] = 0.f;
+  for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = 0.f;
 #endif
   const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
   // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
@@ -1863,15 +1891,15 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
             wo[n][0] *= alpha;
             wo[n][1] *= alpha;
             const uint32_t b0 = (in0 ? uint32_t(vcol[r0 + n * 8]) : 0u) | ((in1 ? uint32_t(vcol[r1 + n * 8]) : 0u) << 16);
-            mma_bf16_16816(wo[n], ph, 0u, 0u, 0u, b0, 0u);
-            mma_bf16_16816(wo[n], pl, 0u, 0u, 0u, b0, 0u);
+            mma_bf16_16816_top(wo[n], ph, b0);
+            mma_bf16_16816_top(wo[n], pl, b0);
           }
         }
       }
       __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
     } else {
 #endif
-#ifdef TILES_ATTN_MMA
+#if TILES_ATTN_MMA == 1
     if (mma_ok) {
       // Scores on the tensor cores: one warp per 8 positions, the heads as A's rows (G <= 8 real, the rest zero), q
       // split into hi + lo bf16 halves. Rows past cn hold stale K: their columns are never read.
@@ -1941,7 +1969,7 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     // A short chunk takes fewer splits (at least 8 positions each), so that the combine below stays short: at
     // 32 positions, 16 splits of 2 cost 0.7% per token (perf log v29).
     int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
-#ifdef TILES_ATTN_MMA
+#if TILES_ATTN_MMA == 1
     if (mma_ok) {
       // o partials on the tensor cores: warp = (8-dim tile, position group), P split into hi + lo bf16 halves;
       // positions >= cn enter as zeros in both P and V (a stale V row may hold a NaN, and 0 * NaN is NaN).
@@ -2015,8 +2043,12 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
 #if TILES_ATTN_MMA == 2
   if (warp_ok) {
     // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
-    // runs) into of / ml, the layout MERGE and the partial's store read.
-    if (wr < G) {
+    // runs) into of / ml, the layout MERGE and the partial's store read. Only the first `wused` warps ever held a
+    // position (a chunk of 33 at prompt 32: 5 of 16); the others' states are empty (m = -inf) and add nothing, so
+    // the combine skips them (the same bits, a third of the serial expf chain at short context; perf log v37).
+    const int span0 = hi - lo < L.chunk ? hi - lo : L.chunk;
+    const int wused = span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
+    if (wr < G && warp < wused) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         if (n * 8 < hd) {
@@ -2033,9 +2065,9 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     for (int i = tid; i < G * hd; i += kThreads) {
       const int g = i / hd;
       float M = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
+      for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
       float Ls = 0.f, O = 0.f;
-      for (int w = 0; w < kWarps && M != -INFINITY; ++w) {
+      for (int w = 0; w < wused && M != -INFINITY; ++w) {
         const float mw = sc[(w * G + g) * 2];
         if (mw != -INFINITY) {
           const float f = expf(mw - M);
@@ -2061,13 +2093,15 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   }
 }
 
-__device__ void merge_tile(const KernelParams& p, const Tile& t, uint8_t* smem, const SmemLayout& L, uint32_t epoch) {
+// Out of line (scalar arguments, so nothing of the caller's goes to the stack): at short context LocalMerge runs
+// instead and this code only sat between the hot blocks; at long context a call per MERGE tile costs nothing
+// (perf log v36). `sf`: L.msf.
+__device__ TILES_OUTLINE void merge_tile(const KernelParams& p, int32_t kvh, int32_t in_buf, int32_t out_buf, float* sf,
+                                        uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
-  const int kvh = t.aux0;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const float* part = reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf));
-  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, t.out_buf));
-  float* sf = reinterpret_cast<float*>(smem + L.msf);   // [G][P] exp(m_p - M) / L
+  const float* part = reinterpret_cast<const float*>(buffer_ptr(p, in_buf));
+  uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, out_buf));  // sf: [G][P] exp(m_p - M) / L
   // Warp g: M = max m_p, L = sum l_p exp(m_p - M); scale factors for the o sums.
   for (int g = warp; g < G; g += kWarps) {
     if ((OPT(p) & kOptMergeOneTrip) && P <= 32) {
@@ -2163,6 +2197,44 @@ __device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t*
 // ---------------------------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------------------------
+// The LM-head tile's partial (max, argmax) over its rows, read back from the logits row this block just wrote, into
+// part[2 * slot], part[2 * slot + 1]. Out of line (scalar arguments): it runs once per step, and inlined its code sat
+// between the hot blocks of the tile loop (perf log v36).
+__device__ TILES_OUTLINE void lmhead_partial(int32_t row_begin, int32_t row_end, const float* logits, float* red,
+                                            float* part, int32_t slot, uint32_t epoch) {
+  const int tid = threadIdx.x;
+  // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
+  // wrote: the fence makes each writer's stores visible at L2 before the barrier.
+  __threadfence();
+  __syncthreads();
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  for (int32_t r = row_begin + tid; r < row_end; r += kThreads) {
+    const float v = __ldcg(logits + r);
+    if (better(v, r, bv, bi)) {
+      bv = v;
+      bi = r;
+    }
+  }
+  warp_argmax(bv, bi);
+  float* wv = red;                                   // [kWarps] values
+  int32_t* wi = reinterpret_cast<int32_t*>(red + kWarps);  // [kWarps] indices
+  if ((tid & 31) == 0) {
+    wv[tid >> 5] = bv;
+    wi[tid >> 5] = bi;
+  }
+  __syncthreads();
+  if (tid < 32) {
+    bv = tid < kWarps ? wv[tid] : -INFINITY;
+    bi = tid < kWarps ? wi[tid] : INT32_MAX;
+    warp_argmax(bv, bi);
+    if (tid == 0) {
+      put_f32(part, 2 * slot, bv, epoch);
+      put_f32(part, 2 * slot + 1, __int_as_float(bi), epoch);
+    }
+  }
+}
+
 struct StepCtx {
   uint32_t epoch;   // e = state[EPOCH] at launch + step + 1
   int32_t step;
@@ -2300,39 +2372,8 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
 #ifndef TILES_MARK_SPLIT
       TILES_MARK(kTimePhase2);
 #endif
-      if (t.op == kOpLmhead) {
-        // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
-        // wrote: the fence makes each writer's stores visible at L2 before the barrier.
-        __threadfence();
-        __syncthreads();
-        float bv = -INFINITY;
-        int32_t bi = INT32_MAX;
-        for (int32_t r = t.row_begin + tid; r < t.row_end; r += kThreads) {
-          const float v = __ldcg(o.logits + r);
-          if (better(v, r, bv, bi)) {
-            bv = v;
-            bi = r;
-          }
-        }
-        warp_argmax(bv, bi);
-        float* wv = red;                                   // [kWarps] values
-        int32_t* wi = reinterpret_cast<int32_t*>(red + kWarps);  // [kWarps] indices
-        if ((tid & 31) == 0) {
-          wv[tid >> 5] = bv;
-          wi[tid >> 5] = bi;
-        }
-        __syncthreads();
-        if (tid < 32) {
-          bv = tid < kWarps ? wv[tid] : -INFINITY;
-          bi = tid < kWarps ? wi[tid] : INT32_MAX;
-          warp_argmax(bv, bi);
-          if (tid == 0) {
-            float* part = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
-            put_f32(part, 2 * t.aux0, bv, sc.epoch);
-            put_f32(part, 2 * t.aux0 + 1, __int_as_float(bi), sc.epoch);
-          }
-        }
-      }
+      if (t.op == kOpLmhead) lmhead_partial(t.row_begin, t.row_end, o.logits, red,
+                                            reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)), t.aux0, sc.epoch);
       break;
     }
     case kOpAttn:
@@ -2342,7 +2383,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       if (local_merge) {
         merge_local(p, t, smem, L, sc.epoch);
       } else {
-        merge_tile(p, t, smem, L, sc.epoch);
+        merge_tile(p, t.aux0, t.in_buf, t.out_buf, reinterpret_cast<float*>(smem + L.msf), sc.epoch);
       }
       break;
     case kOpArgmax: {
