@@ -18,9 +18,6 @@ Environment:
                         lo bf16 halves; 1: scores and o partials in the chunk loop, v30; 2: each warp's positions
                         end to end in registers, one combine per tile, v31; perf log, session 10: v31 -18% ATTN at 16K
                         but +5% at prompt 32, v30 slower everywhere; neither is the default).
-  TILES_FLAGS=1         experiment: hand-offs by flag-in-data words instead of counters (csrc/cuda/flag_data.cuh, perf
-                        log v28 and session 9: SmolLM2 -11%, Llama-1B +1%; session 9's bit-identity failure is fixed,
-                        its GPU suite passed again in session 10; knobs TILES_FLAG_SLEEP_NS, TILES_FLAG_MODE).
 """
 import glob
 import os
@@ -119,9 +116,6 @@ def _extension():
         knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT") + _int_knob("TILES_DEFAULT_OPT")
         if os.environ.get("TILES_ATTN_MMA", "0") not in ("", "0"):  # tensor-core attention (experiment): 1 or 2
             knobs.append(("TILES_ATTN_MMA", str(int(os.environ["TILES_ATTN_MMA"]))))
-        # Flag-in-data hand-offs with TILES_FLAGS=1 (csrc/cuda/flag_data.cuh, perf log v28, session 9).
-        if os.environ.get("TILES_FLAGS", "0") not in ("", "0"):
-            knobs.append(("TILES_FLAGS", "1"))
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
                              define_macros=[("TILES_WITH_CUDA", "1")] + knobs,
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc})

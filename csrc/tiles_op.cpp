@@ -4,6 +4,10 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#ifdef TILES_WITH_CUDA
+#include "cuda/decode_kernel.h"
+#endif
+
 TORCH_LIBRARY(tiles, m) {
   m.def(
       "decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, Tensor(b!)[] v_cache, "
@@ -18,12 +22,14 @@ PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
                                          nullptr, nullptr, nullptr, nullptr};
   PyObject* m = PyModule_Create(&module_def);
-  // The CUDA kernel's scratch layout: 1 when every element carries its epoch (TILES_FLAGS builds: twice the plan's
-  // scratch_bytes, offsets doubled; csrc/cuda/flag_data.cuh), 0 for the plain layout (and the CPU executor).
-#if defined(TILES_FLAGS) && defined(TILES_WITH_CUDA)
-  if (m != nullptr) PyModule_AddIntConstant(m, "FLAGGED_SCRATCH", 1);
+  // What the CUDA kernel offers TileRuntime's choice of hand-off (tiles_ext/runtime.py choose_handoff): flag-in-data
+  // hand-offs (a scratch arena twice the plan's, every element with its epoch: csrc/cuda/flag_data.cuh), which run
+  // the default option set only (FLAG_HANDOFF_OPT, decode_kernel_flags.cu). The CPU executor has counters only.
+#ifdef TILES_WITH_CUDA
+  if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 1);
+  if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFF_OPT", tiles::cuda::decode_flags_opt());
 #else
-  if (m != nullptr) PyModule_AddIntConstant(m, "FLAGGED_SCRATCH", 0);
+  if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif
   return m;
 }

@@ -36,7 +36,7 @@ from tiles_ext.errors import check_state  # noqa: E402
 from tiles_ext.models import load_config, random_model  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
 from tiles_ext.planner.shape import ModelShape  # noqa: E402
-from tiles_ext.runtime import TileRuntime, model_weights, rope_tables  # noqa: E402
+from tiles_ext.runtime import TileRuntime, choose_handoff, model_weights, rope_tables  # noqa: E402
 
 DEV = "cuda"
 
@@ -76,7 +76,8 @@ class Op:
 
     def __init__(self, model, plan, max_len):
         self.plan = plan
-        self.rt = TileRuntime(plan, DEV)
+        self.rt = None
+        self.bind()
         self.w = model_weights(model)
         inv, self.scale = rope_tables(model)
         self.inv = inv.to(DEV)
@@ -88,6 +89,13 @@ class Op:
                   range(c.num_hidden_layers)]
         self.ids = torch.tensor([1], device=DEV)
         self.pos = torch.tensor([0], device=DEV)
+
+    def bind(self):
+        """(Re)binds the runtime when the environment's hand-off choice (TILES_HANDOFF, TILES_KERNEL_OPT: runtime.py
+        choose_handoff) differs from the bound one: a runtime's hand-off is fixed for its life."""
+        want = choose_handoff(self.plan.header, DEV)
+        if self.rt is None or self.rt.handoff != want:
+            self.rt = TileRuntime(self.plan, DEV, want)
 
     def __call__(self, n=1, eos=()):
         return self.rt.step(self.w, self.k, self.v, self.ids, self.pos, self.inv, self.scale, n, eos)
@@ -137,6 +145,7 @@ def option_sweep(op, model, plan, opt_list, iters, res, ctxs=(32, 4064)):
     max_len = op.k[0].shape[2]
     for opt in opt_list:
         os.environ["TILES_KERNEL_OPT"] = str(opt)
+        op.bind()
         try:
             same = True
             for ctx in ctxs:

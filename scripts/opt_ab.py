@@ -69,6 +69,7 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
                 saved = {k: os.environ.get(k) for k, _ in (e.split("=", 1) for e in env)}
                 os.environ["TILES_KERNEL_OPT"] = opt
                 os.environ.update(dict(e.split("=", 1) for e in env))
+                op.bind()  # counters or flags, as the entry's environment chooses (runtime.py choose_handoff)
                 t = time_op(op, ctx, 100, graph_only=args.mode == "graph")
                 ms, multi = t["graph_ms"], t.get("multi64_ms_per_token")
                 for k, v in saved.items():
@@ -77,11 +78,11 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
                     else:
                         os.environ[k] = v
                 res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single,
-                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "round": r, "graph_ms": ms,
+                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "handoff": op.rt.handoff, "round": r, "graph_ms": ms,
                             "multi64_ms_per_token": multi})
                 tail = "" if multi is None else f" (x64 launches: {multi:.4f} ms)"
                 print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} opt {o} "
-                      f"round {r}: {ms:.4f} ms{tail}", flush=True)
+                      f"{op.rt.handoff} round {r}: {ms:.4f} ms{tail}", flush=True)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def build_lib(out_dir: Path) -> Path:
     tag = ("_u" + unroll if unroll else "") + "".join("_" + d.lstrip("-D").lower() for d in defines)
     lib = out_dir / f"libtiles_timing{tag}.so"
     srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "csrc/cuda/decode_kernel_default.cu",
-            ROOT / "scripts/tile_timing_launch.cu"]
+            ROOT / "csrc/cuda/decode_kernel_flags.cu", ROOT / "scripts/tile_timing_launch.cu"]
     deps = srcs + [ROOT / "csrc/cuda/decode_kernel.h", ROOT / "csrc/generated/plan_format.h"]
     if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in deps):
         return lib
@@ -81,7 +81,7 @@ def op_name(op: int, weight: int, o_weights: set) -> str:
 
 def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0):
     dev = "cuda"
-    rt = TileRuntime(plan, dev)
+    rt = TileRuntime(plan, dev, handoff="counters")  # the timing library launches the counter kernels
     w = [x.contiguous() for x in model_weights(model)]
     inv, scale = rope_tables(model)
     inv = inv.to(dev).contiguous()

@@ -41,10 +41,10 @@ def _gpu():
 class Bound:
     """A model on the GPU bound to a plan: runtime, weights, RoPE tables."""
 
-    def __init__(self, model, plan, device=DEV):
+    def __init__(self, model, plan, device=DEV, handoff=None):
         self.model = model
         self.plan = plan
-        self.rt = TileRuntime(plan, device)
+        self.rt = TileRuntime(plan, device, handoff)
         self.weights = [w.to(device) for w in model_weights(model)]
         inv, self.scale = rope_tables(model)
         self.inv = inv.to(device)
@@ -419,12 +419,12 @@ def test_opcheck_cuda():
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
-def _broken_wait_bound():
+def _broken_wait_bound(handoff):
     """A plan whose one tile waits for what never comes. Returns (bound, plan, ids, cache, tile, tile's op name)."""
     cfg, model, plan, ids, cache = _llama_small_bound()
-    b = Bound(model, plan)
+    b = Bound(model, plan, handoff=handoff)
     if b.rt.flagged:
-        # A TILES_FLAGS build keeps one counter wait per step, EMBED's (the previous step's token): ask it for this
+        # Flag hand-offs keep one counter wait per step, EMBED's (the previous step's token): ask it for this
         # step's token instead (offset -1 -> 0). The polls behind it give up on its error.
         op, word, name = fmt.Op.EMBED, 2, "embed"
     else:
@@ -436,9 +436,10 @@ def _broken_wait_bound():
     return b, plan, ids, cache, t, name
 
 
-def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch):
+@pytest.mark.parametrize("handoff", ["counters", "flags"])
+def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch, handoff):
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
-    b, plan, ids, cache, t, name = _broken_wait_bound()
+    b, plan, ids, cache, t, name = _broken_wait_bound(handoff)
     k, v = kv(cache)
     b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # returns at once; the error surfaces asynchronously
     torch.cuda.synchronize()
@@ -448,23 +449,22 @@ def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # the next call reports the recorded error
 
 
-def test_sync_check_reports_in_the_failing_call(monkeypatch):
+@pytest.mark.parametrize("handoff", ["counters", "flags"])
+def test_sync_check_reports_in_the_failing_call(monkeypatch, handoff):
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
     monkeypatch.setenv("TILES_SYNC_CHECK", "1")
-    b, plan, ids, cache, t, name = _broken_wait_bound()
+    b, plan, ids, cache, t, name = _broken_wait_bound(handoff)
     k, v = kv(cache)
     with pytest.raises(RuntimeError, match=r"this launch failed with WAIT_TIMEOUT.* in worker \d+, tile %d" % t):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
 
 
 def test_unwritten_flagged_input_raises_timeout_naming_the_reader(monkeypatch):
-    """TILES_FLAGS builds: a scratch word no tile writes in this step is polled until the bound, and the error names
+    """Flag hand-offs: a scratch word no tile writes in this step is polled until the bound, and the error names
     the tile that polls it. The first LM-head tile writes its (max, argmax) partial into the second one's slot, so
     its own slot keeps the previous epoch and ARGMAX, its only reader, times out."""
     cfg, model, plan, ids, cache = _llama_small_bound()
-    b = Bound(model, plan)
-    if not b.rt.flagged:
-        pytest.skip("a counter build (the default; TILES_FLAGS=1 builds the flag kernel): the unsatisfiable-wait tests cover its timeouts")
+    b = Bound(model, plan, handoff="flags")
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
     monkeypatch.setenv("TILES_SYNC_CHECK", "1")
     lm = [i for i in range(plan.header["num_tiles"]) if plan.tile(i)["op"] == fmt.Op.LMHEAD]
@@ -475,6 +475,60 @@ def test_unwritten_flagged_input_raises_timeout_naming_the_reader(monkeypatch):
     k, v = kv(cache)
     with pytest.raises(RuntimeError, match=r"WAIT_TIMEOUT.* in worker \d+, tile %d \(argmax.*flagged input word" % am):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
+
+
+def test_flag_and_counter_handoffs_are_bit_identical():
+    """The two hand-offs (runtime.py choose_handoff) move the same values: the same logits, tokens and K/V rows over
+    multi-token launches, at a context inside one attention chunk and across partitions (MERGE reads its partitions'
+    flagged o words). The automatic choice takes flags for this small model and counters for a wide one."""
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
+    out = {}
+    for handoff in ("counters", "flags"):
+        for pos in (pos0, 150):
+            for x, x0 in zip(k + v, k0 + v0):
+                x.copy_(x0)
+            b = Bound(model, plan, handoff=handoff)
+            assert b.rt.handoff == handoff and b.rt.scratch.numel() == plan.header["scratch_bytes"] * (
+                2 if handoff == "flags" else 1)
+            l, t = b.step(k, v, tok0, pos, num_steps=12)
+            check_state(b.rt.state, plan)
+            out[handoff, pos] = (l, t, [x[:, :, pos:pos + 12].clone() for x in k + v])
+    for pos in (pos0, 150):
+        (lc, tc, cc), (lf, tf, cf) = out["counters", pos], out["flags", pos]
+        assert torch.equal(tc, tf), f"pos {pos}: tokens {tc.tolist()} != {tf.tolist()}"
+        assert torch.equal(lc.view(torch.int32), lf.view(torch.int32)), f"pos {pos}: logits differ"
+        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(cc, cf))
+    assert Bound(model, plan).rt.handoff == "flags"
+    wide = build_plan(tiny_config(2048, 32, 8, 64, 8192, 2), workers=_workers(), gpu=_gpu())
+    assert TileRuntime(wide, DEV).handoff == "counters"
+
+
+def test_flag_runtime_refuses_launches_it_cannot_run(monkeypatch):
+    """A runtime bound with flag hand-offs runs the default option set only (its own compilation): another set, the
+    runtime-options kernel or an L2 prefetch would hand off by counters, which never caught up with its steps. The
+    op says so rather than time out."""
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    b = Bound(model, plan, handoff="flags")
+    for var, val in (("TILES_KERNEL_OPT", "0"), ("TILES_GENERIC_KERNEL", "1"), ("TILES_PREFETCH_BYTES", "65536")):
+        monkeypatch.setenv(var, val)
+        with pytest.raises(RuntimeError, match="flag-in-data words"):
+            b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
+        monkeypatch.delenv(var)
+        # The automatic choice sees the variable and binds counters instead.
+        monkeypatch.setenv(var, val)
+        assert Bound(model, plan).rt.handoff == "counters"
+        monkeypatch.delenv(var)
+    b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
+    torch.cuda.synchronize()
+    check_state(b.rt.state, plan)
+    bad = TileRuntime(plan, DEV, "counters")
+    bad.scratch = torch.zeros(plan.header["scratch_bytes"] + 256, dtype=torch.uint8, device=DEV)
+    with pytest.raises(RuntimeError, match="counter hand-offs.*flag hand-offs"):
+        bad.step(b.weights, k, v, torch.tensor([1], device=DEV), torch.tensor([3], device=DEV), b.inv, b.scale)
 
 
 def test_bad_token_and_full_cache(monkeypatch):

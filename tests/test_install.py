@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -151,9 +152,8 @@ TOOL_BUILDS = {
                                                                        "-DTILES_MARK_SPLIT=4"]),
     "decode_kernel_lean_25183": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_LEAN_OPT=25183"]),
     "tile_timing_default": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1"]),
-    # The flag-in-data experiment build (setup.py TILES_FLAGS=1, csrc/cuda/flag_data.cuh), both compilations.
-    "decode_kernel_flags": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_FLAGS=1"]),
-    "decode_kernel_default_flags": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_FLAGS=1"]),
+    # The flag-hand-off variant as the timing tool links it (scripts/tile_timing.py).
+    "tile_timing_flags": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_TILE_TIMING=1"]),
     # The default variant compiled for another option set (setup.py TILES_DEFAULT_OPT; 156255 = 25183 + PollAhead
     # selects the poll instantiation).
     "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
@@ -192,7 +192,8 @@ def test_default_variant_refuses_an_option_set_it_cannot_compile(tmp_path):
 
 
 def _glue_sources() -> list[Path]:
-    return sorted(CUDA_DIR.glob("*.cpp"))
+    # tiles_op.cpp too: a CUDA build compiles it with TILES_WITH_CUDA (the kernel's constants for tiles_ext._C).
+    return sorted(CUDA_DIR.glob("*.cpp")) + [REPO / "csrc" / "tiles_op.cpp"]
 
 
 @pytest.mark.parametrize("source", _glue_sources(), ids=lambda p: p.name)
@@ -215,7 +216,8 @@ def test_cuda_glue_syntax(source, tmp_path):
     std = "-std=c++20" if (major, minor) >= (2, 10) else "-std=c++17"
     cmd = [gxx, std, "-fsyntax-only", "-w", "-DTILES_WITH_CUDA=1", "-DTORCH_API_INCLUDE_EXTENSION_H",
            "-DTORCH_EXTENSION_NAME=_C", f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
-           *[f"-I{p}" for p in include_paths()], f"-I{shim}", f"-I{cuda_include}", str(source)]
+           *[f"-I{p}" for p in include_paths()], f"-I{shim}", f"-I{cuda_include}",
+           f"-I{sysconfig.get_paths()['include']}", str(source)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     # CUDA math libraries (cuBLAS, cuSPARSE, ...) ship apart from a minimal toolkit; only those may be absent.
     missing = re.findall(r"fatal error: (cu(?:blas|sparse|solver|rand|fft|dnn)\w*\.h): No such file", out.stderr)

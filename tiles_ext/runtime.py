@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 
 import torch
 
@@ -35,21 +36,63 @@ def rope_tables(model) -> tuple[torch.Tensor, float]:
     return rot.inv_freq.detach().to(torch.float32).contiguous(), float(getattr(rot, "attention_scaling", 1.0))
 
 
+# Flag-in-data hand-offs (csrc/cuda/flag_data.cuh, perf log v28) save ~0.5 us per dependent stage but double the
+# bytes of every stage's inputs. Measured on the H200 (perf log, session 9): SmolLM2-135M -11% (53 KB of weights per
+# worker and layer), Llama-3.2-1B +0.6-1.7% (921 KB). The threshold lies between the two measured points.
+FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER = 256 * 1024
+HANDOFFS = ("auto", "counters", "flags")
+
+
 @functools.lru_cache(maxsize=1)
-def cuda_scratch_flagged() -> bool:
-    """True when the CUDA kernel stores every scratch element with its epoch (a TILES_FLAGS build: the element
-    of byte offset o sits at 2 * o, as an 8-byte {fp32, epoch} or a 4-byte {bf16, epoch & 0xffff} word)."""
-    return bool(getattr(importlib.import_module("tiles_ext._C"), "FLAGGED_SCRATCH", 0))
+def _kernel_constants() -> dict:
+    mod = importlib.import_module("tiles_ext._C")
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "flag_opt": int(getattr(mod, "FLAG_HANDOFF_OPT", -1))}
+
+
+def layer_bytes_per_worker(header: dict) -> int:
+    """Weight bytes one decoder layer streams per worker (bf16 q, k, v, o, gate, up, down)."""
+    h, hd = header["hidden"], header["head_dim"]
+    q, kv = header["num_heads"] * hd, header["num_kv_heads"] * hd
+    return 2 * (h * (q + 2 * kv) + q * h + 3 * h * header["intermediate"]) // max(1, header["num_workers"])
+
+
+def choose_handoff(header: dict, device, handoff: str | None = None) -> str:
+    """'counters' or 'flags' for a runtime of this plan on `device`. `handoff` (else TILES_HANDOFF, else 'auto'):
+    'auto' takes flags on CUDA where they measured faster (small layers per worker) and the launch runs the kernel's
+    default option set (TILES_KERNEL_OPT unset or that set, no TILES_GENERIC_KERNEL, no TILES_PREFETCH_BYTES), the
+    only one compiled with flags; 'flags' insists (a CUDA build is needed); 'counters' never."""
+    want = handoff if handoff is not None else os.environ.get("TILES_HANDOFF", "auto")
+    if want not in HANDOFFS:
+        raise ValueError(f"handoff {want!r} (TILES_HANDOFF): expected one of {', '.join(HANDOFFS)}")
+    device = torch.device(device)
+    if want == "counters":
+        return "counters"
+    k = _kernel_constants() if device.type == "cuda" else {"flags": False, "flag_opt": -1}
+    if want == "flags":
+        if not k["flags"]:
+            raise ValueError(f"handoff 'flags' needs the CUDA kernel; {device} runs the CPU reference executor, "
+                             "which hands off by counters only" if device.type != "cuda" else
+                             "handoff 'flags' needs a CUDA build of tiles_ext._C")
+        return "flags"
+    default_launch = (os.environ.get("TILES_KERNEL_OPT", "") in ("", str(k["flag_opt"]))
+                      and os.environ.get("TILES_GENERIC_KERNEL", "0") in ("", "0")
+                      and int(os.environ.get("TILES_PREFETCH_BYTES", "0") or 0) <= 0)
+    small = layer_bytes_per_worker(header) < FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER
+    return "flags" if k["flags"] and default_launch and small else "counters"
 
 
 class TileRuntime:
-    def __init__(self, plan: Plan, device):
+    def __init__(self, plan: Plan, device, handoff: str | None = None):
+        """`handoff`: how tiles hand results to their consumers on CUDA (choose_handoff): 'auto' (the default, or
+        TILES_HANDOFF), 'counters' or 'flags'. Fixed for the runtime's life: the counters of one would never catch
+        up with steps run by the other."""
         self.plan = plan
         self.device = torch.device(device)
         self.header = plan.header_words()
         self.plan_tensor = torch.from_numpy(plan.to_blob()).to(self.device)
-        # A flagged CUDA arena is twice the plan's (a few MB): every element carries its epoch.
-        self.flagged = self.device.type == "cuda" and cuda_scratch_flagged()
+        self.handoff = choose_handoff(plan.header, self.device, handoff)
+        # A flagged arena is twice the plan's (a few MB): every element carries its epoch; its size tells the op.
+        self.flagged = self.handoff == "flags"
         self.scratch = torch.zeros((2 if self.flagged else 1) * plan.header["scratch_bytes"], dtype=torch.uint8,
                                    device=self.device)
         self.state = torch.zeros(plan.header["state_words"], dtype=torch.int32, device=self.device)

@@ -2822,7 +2822,13 @@ cudaError_t launch_cooperative(const KernelParams& p, Kernel kernel, cudaStream_
 #ifdef TILES_DEFAULT_VARIANT
 // decode_kernel_default.cu: the default option set as compile-time constants (TILES_LEAN_OPT = kOptDefault, or
 // TILES_DEFAULT_OPT), one instantiation: the poll instantiation's when the set has one of its options. The host
-// launches it whenever TILES_KERNEL_OPT is that set (launch_decode).
+// launches it whenever TILES_KERNEL_OPT is that set (launch_decode). decode_kernel_flags.cu compiles it again with
+// flag-in-data hand-offs (TILES_FLAGS), exporting decode_flags_* instead of decode_default_*.
+#ifdef TILES_FLAGS
+#define TILES_VARIANT(name) decode_flags_##name
+#else
+#define TILES_VARIANT(name) decode_default_##name
+#endif
 namespace {
 constexpr int32_t kVariantOpt = static_cast<int32_t>(TILES_LEAN_OPT);
 static_assert((kVariantOpt & (kOptWeightRing | kOptStream)) == 0 && !stage_ahead(kVariantOpt),
@@ -2830,21 +2836,22 @@ static_assert((kVariantOpt & (kOptWeightRing | kOptStream)) == 0 && !stage_ahead
 constexpr bool kVariantPoll = (kVariantOpt & (kOptPollPrefetch | kOptPrefetchAfterAttn | kOptPollAhead)) != 0;
 }  // namespace
 
-int32_t decode_default_opt() { return kVariantOpt; }
+int32_t TILES_VARIANT(opt)() { return kVariantOpt; }
 
-cudaError_t decode_default_set_smem_limit(int32_t bytes) {
+cudaError_t TILES_VARIANT(set_smem_limit)(int32_t bytes) {
   return cudaFuncSetAttribute(decode_kernel<false, false, kVariantPoll, false>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks) {
+cudaError_t TILES_VARIANT(blocks_per_sm)(int32_t smem_bytes, int* blocks) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<false, false, kVariantPoll, false>,
                                                        kThreads, smem_bytes);
 }
 
-cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream) {
+cudaError_t TILES_VARIANT(launch)(const KernelParams& p, cudaStream_t stream) {
   return launch_cooperative(p, decode_kernel<false, false, kVariantPoll, false>, stream);
 }
+#undef TILES_VARIANT
 #else
 cudaError_t decode_set_smem_limit(int32_t bytes) {
   cudaError_t e =
@@ -2858,12 +2865,13 @@ cudaError_t decode_set_smem_limit(int32_t bytes) {
                              bytes);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(decode_kernel<true, false, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) e = decode_default_set_smem_limit(bytes);
   if (e != cudaSuccess) return e;
-  return decode_default_set_smem_limit(bytes);
+  return decode_flags_set_smem_limit(bytes);
 }
 
 cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int n[6] = {0, 0, 0, 0, 0, 0};
+  int n[7] = {0, 0, 0, 0, 0, 0, 0};
   cudaError_t e =
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[0], decode_kernel<false, false, false, false>, kThreads, smem_bytes);
   if (e == cudaSuccess)
@@ -2876,17 +2884,23 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n[4], decode_kernel<false, false, false, true>, kThreads,
                                                       smem_bytes);
   if (e == cudaSuccess) e = decode_default_blocks_per_sm(smem_bytes, &n[5]);
+  if (e == cudaSuccess) e = decode_flags_blocks_per_sm(smem_bytes, &n[6]);
   *blocks = n[0];
-  for (int i = 1; i < 6; ++i)
+  for (int i = 1; i < 7; ++i)
     if (n[i] < *blocks) *blocks = n[i];
   return e;
 }
 
-cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic) {
+cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic, bool flagged) {
+  // Flag hand-offs exist in the default variant only (decode_kernel_flags.cu); the op refuses any other request
+  // with a message before it gets here.
+  if (flagged)
+    return p.opt == decode_flags_opt() && !generic && p.prefetch_bytes <= 0 ? decode_flags_launch(p, stream)
+                                                                             : cudaErrorInvalidValue;
   // The default variant has no L2-prefetch code (prefetch_tile): a prefetch asked for by TILES_PREFETCH_BYTES runs
   // on the runtime-options kernel.
   if (p.opt == decode_default_opt() && !generic && p.prefetch_bytes <= 0)
-    return launch_decode_default(p, stream);
+    return decode_default_launch(p, stream);
   if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
   if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);
   if (stage_ahead(p.opt)) return launch_cooperative(p, decode_kernel<false, true, false, false>, stream);

@@ -379,8 +379,10 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks);
 
 // Launches the persistent kernel (cooperative: all num_workers blocks co-resident) on `stream`. The shared-memory
 // limit must already allow smem_layout(p.h, p.opt).total. The default option set runs on its own compilation
-// (launch_decode_default, below) unless `generic` (TILES_GENERIC_KERNEL=1: same bits, for A/B measurements).
-cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic = false);
+// (decode_default_launch, below) unless `generic` (TILES_GENERIC_KERNEL=1: same bits, for A/B measurements).
+// `flagged`: the scratch arena has the flagged layout (every element with its epoch, twice the plan's bytes), and
+// hand-offs go by flag-in-data words: only the default option set runs so (decode_flags_launch).
+cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic = false, bool flagged = false);
 
 // The same kernel compiled with the default option set as constants (decode_kernel_default.cu): dead option code
 // costs the default path registers and instruction fetch (perf log v27: 4% on Llama-1B, 11% on SmolLM2), so
@@ -388,7 +390,16 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool gener
 int32_t decode_default_opt();  // the option set it was compiled for (kOptDefault unless TILES_DEFAULT_OPT)
 cudaError_t decode_default_set_smem_limit(int32_t bytes);
 cudaError_t decode_default_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t launch_decode_default(const KernelParams& p, cudaStream_t stream);
+cudaError_t decode_default_launch(const KernelParams& p, cudaStream_t stream);
+
+// The default variant again with flag-in-data hand-offs (decode_kernel_flags.cu, TILES_FLAGS; flag_data.cuh, perf
+// log v28): no counter release / acquire per dependent stage, but every consumer reads its inputs' epoch words too.
+// It wins where hand-offs dominate (SmolLM2 -11%) and loses slightly where weight streams do (Llama-1B +0.6-1.7%),
+// so the runtime chooses per model (tiles_ext/runtime.py choose_handoff).
+int32_t decode_flags_opt();
+cudaError_t decode_flags_set_smem_limit(int32_t bytes);
+cudaError_t decode_flags_blocks_per_sm(int32_t smem_bytes, int* blocks);
+cudaError_t decode_flags_launch(const KernelParams& p, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tiles

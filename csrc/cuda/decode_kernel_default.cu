@@ -1,7 +1,7 @@
 // The persistent kernel's default path as its own compilation: decode_kernel.cu again, with the option bits fixed
 // at kOptDefault at compile time, so the code of every option the default does not run is compiled out (perf log
 // v27: the generic build's dead option code made the default path 4% slower on Llama-1B and 11% on SmolLM2, with
-// bit-identical results). Exports decode_default_* / launch_decode_default (decode_kernel.h).
+// bit-identical results). Exports decode_default_* (decode_kernel.h); decode_kernel_flags.cu includes this file again.
 #include "cuda/decode_kernel.h"
 
 // TILES_DEFAULT_OPT (build knob, setup.py): compile another option set as the default variant, to measure an option

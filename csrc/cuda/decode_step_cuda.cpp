@@ -233,14 +233,21 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(opt == TILES_LEAN_OPT, "tiles::decode_step (CUDA): this is an experiment build with the kernel options "
               "fixed at ", TILES_LEAN_OPT, " (TILES_LEAN_OPT); TILES_KERNEL_OPT=", opt, " needs a build without it");
 #endif
-#ifdef TILES_FLAGS
-  // Flag-in-data build (flag_data.cuh): every element carries its epoch, so the arena is twice the plan's. Every
-  // option set runs (they move weights, never the flagged inputs; PollPrefetch and PollAhead act on counter waits,
-  // which only EMBED keeps, so they do nothing here).
-  TORCH_CHECK(scratch.numel() >= 2 * h.scratch_bytes, "tiles::decode_step (CUDA): this TILES_FLAGS build needs a ",
-              2 * h.scratch_bytes, "-byte scratch arena (twice the plan's: tiles_ext.runtime.TileRuntime allocates "
-              "it), got ", scratch.numel());
-#endif
+  // The arena's size names its layout: the plan's scratch_bytes for counter hand-offs, twice that for flag-in-data
+  // hand-offs (every element carries its epoch: flag_data.cuh), which TileRuntime chooses per model
+  // (tiles_ext/runtime.py choose_handoff). Only the default option set runs on a flagged arena (its own
+  // compilation, decode_kernel_flags.cu): a runtime bound that way refuses any other set rather than mix hand-offs,
+  // whose counters would then never catch up.
+  const bool flagged = scratch.numel() == 2 * int64_t(h.scratch_bytes);
+  TORCH_CHECK(flagged || scratch.numel() == h.scratch_bytes, "tiles::decode_step (CUDA): scratch has ",
+              scratch.numel(), " bytes; the plan's arena is ", h.scratch_bytes, " bytes (counter hand-offs) or ",
+              2 * int64_t(h.scratch_bytes), " (flag hand-offs)");
+  const bool generic = env_int("TILES_GENERIC_KERNEL", 0) != 0;
+  TORCH_CHECK(!flagged || (opt == cuda::decode_flags_opt() && !generic),
+              "tiles::decode_step (CUDA): this runtime hands off by flag-in-data words (its scratch arena is twice the "
+              "plan's), which only the default kernel option set ", cuda::decode_flags_opt(), " runs; TILES_KERNEL_OPT=",
+              opt, generic ? " with TILES_GENERIC_KERNEL=1" : "", " needs a runtime bound with counter hand-offs "
+              "(TileRuntime(..., handoff='counters') or TILES_HANDOFF=counters when it is made)");
   int32_t stream_stages = 0, stream_stage_bytes = 0, stream_probe = 0, stream_piece = 0;
   if (opt & cuda::kOptStream) {  // read only when the stream runs
     const int64_t v = env_int("TILES_STREAM_STAGES", 0);
@@ -294,6 +301,9 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   // 64 KB.
   p.prefetch_bytes = static_cast<int32_t>(env_int(
       "TILES_PREFETCH_BYTES", (opt & (cuda::kOptStageWeights | cuda::kOptBulkStage)) ? 0 : 65536));
+  TORCH_CHECK(!flagged || p.prefetch_bytes <= 0, "tiles::decode_step (CUDA): TILES_PREFETCH_BYTES=",
+              p.prefetch_bytes, " runs on the runtime-options kernel, which hands off by counters; this runtime hands "
+              "off by flag-in-data words (bind it with handoff='counters' to measure the prefetch)");
   p.prefetch_next = static_cast<int32_t>(env_int("TILES_PREFETCH_NEXT", 0));
   p.ring_slots = cuda::kRingSlots;
   if (opt & cuda::kOptWeightRing) {  // the ring's knobs are read only when it runs (no per-call work otherwise)
@@ -324,8 +334,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
     p.poll_gap = static_cast<int32_t>(gap);
     p.poll_fence = env_int("TILES_POLL_FENCE", 0) != 0 ? 1 : 0;
   }
-#ifdef TILES_FLAGS
-  {
+  if (flagged) {  // the flag polls' knobs (experiments, perf log v28), read only when they run
     const int64_t ns = env_int("TILES_FLAG_SLEEP_NS", 0);
     TORCH_CHECK(ns >= 0 && ns <= 10000, "tiles::decode_step (CUDA): TILES_FLAG_SLEEP_NS=", ns,
                 " outside 0..10000 (nanoseconds between two polls of a flagged input)");
@@ -335,7 +344,6 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
                 " must be 0 (poll every input word) or 1 (each thread polls its first word, then reads)");
     p.poll_fence = static_cast<int32_t>(mode);
   }
-#endif
   p.stream_stages = stream_stages;
   p.stream_stage_bytes = stream_stage_bytes;
   p.stream_probe = stream_probe;
@@ -366,8 +374,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   if (!capturing) check_previous_launch(plan, h, state);
 
   // TILES_GENERIC_KERNEL=1: the default option set on the runtime-options kernel (perf log v27), for A/B.
-  TILES_CUDA_CHECK(cuda::launch_decode(p, stream, env_int("TILES_GENERIC_KERNEL", 0) != 0),
-                   "launching the persistent kernel");
+  TILES_CUDA_CHECK(cuda::launch_decode(p, stream, generic, flagged), "launching the persistent kernel");
 
   if (!capturing) {
     if (env_int("TILES_SYNC_CHECK", 0) != 0) {
