@@ -59,6 +59,10 @@ constexpr bool kFlags = true;
 constexpr bool kFlags = false;
 #endif
 
+// v38 (matvec): with a cp.async-staged first batch, the item's next batch is loaded before the staged batch's
+// arithmetic. Not in the flag variant: its polls hold more registers, and there it made the tile loop spill.
+constexpr bool kPreloadNext = !kFlags;
+
 // kOptPrefetchAfterAttn: the local plan record of the matvec tile after the running ATTN tile (set by thread 0 before
 // the tile; a shared variable rather than a parameter, to keep it out of the default path's registers).
 namespace {
@@ -1585,6 +1589,10 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
   for (int32_t item = warp; item < m.items; item += kWarps) {
     const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
     float a0 = 0.f, a1 = 0.f;
+    // With a cp.async-staged first batch the weight registers take the item's NEXT batch (v38) while the staged
+    // one is computed straight from shared memory.
+    uint4 wa[kUnroll], wb[kUnroll];
+    bool preloaded = false;
     if (ring != nullptr) {
       // Straight from the slots, chunk base + u * 32 + lane at (u * 32 + lane) * 16 of its slot: per lane the same
       // chunks in the same order as the loads below, so the same fmaf sequence per accumulator. The slots are
@@ -1605,38 +1613,75 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
       }
     }
     for (int32_t base = it.c0; ring == nullptr && base < it.c1; base += 32 * kUnroll) {
-      uint4 wa[kUnroll], wb[kUnroll];
       const bool from_bulk = bstage != nullptr && item == warp && base == it.c0;
-      if ((stage != nullptr || from_bulk) && item == warp && base == it.c0) {
-        if (from_bulk) bulk_consume(p, *bc);
-        const uint8_t* sw = (from_bulk ? bstage : stage) + warp * kStageBytesPerWarp;
+      const bool staged = (stage != nullptr || from_bulk) && item == warp && base == it.c0;
+      if (kPreloadNext && staged && !from_bulk) {
+        // v38: the item's next batch is issued before the staged batch's arithmetic. That arithmetic takes 16
+        // warps ~0.5 us of issue (perf log v25 split 2), and the SM's weight stream used to start only after it.
+        // Within the item only: a preload across items keeps the registers live through the warp sums and stores,
+        // and the kernel spills. Same chunks, same fmaf order: bit-identical.
+        const int32_t nbase = base + 32 * kUnroll;
+        if (nbase < it.c1) {
 #pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int32_t c = nbase + u * 32 + lane;
+            if (c < it.c1) {
+              wa[u] = ld_weight(it.A + int64_t(c) * 8);
+              wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
+            } else {
+              wa[u] = make_uint4(0, 0, 0, 0);
+              wb[u] = make_uint4(0, 0, 0, 0);
+            }
+          }
+          preloaded = true;
+        }
+        const uint8_t* sw = stage + warp * kStageBytesPerWarp;
+        // One chunk at a time: the preloads hold kUnroll x 2 registers of 16 bytes already (unrolled, the kernel
+        // spills).
+#pragma unroll 1
         for (int u = 0; u < kUnroll; ++u) {
-          const bool in = base + u * 32 + lane < it.c1;
-          wa[u] = in ? *reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16) : make_uint4(0, 0, 0, 0);
-          wb[u] = in && it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
-                                  : make_uint4(0, 0, 0, 0);
+          const int32_t c = base + u * 32 + lane;
+          if (c < it.c1) {
+            const uint4 x = hv[c];
+            a0 = dot8(*reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16), x, a0);
+            a1 = dot8(it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                : make_uint4(0, 0, 0, 0), x, a1);
+          }
         }
       } else {
+        if (staged) {
+          if (from_bulk) bulk_consume(p, *bc);
+          const uint8_t* sw = (from_bulk ? bstage : stage) + warp * kStageBytesPerWarp;
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const bool in = base + u * 32 + lane < it.c1;
+            wa[u] = in ? *reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16) : make_uint4(0, 0, 0, 0);
+            wb[u] = in && it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                    : make_uint4(0, 0, 0, 0);
+          }
+        } else if (preloaded) {
+          preloaded = false;  // this batch's loads were issued before the staged batch's arithmetic
+        } else {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int32_t c = base + u * 32 + lane;
+            if (c < it.c1) {
+              wa[u] = ld_weight(it.A + int64_t(c) * 8);
+              wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
+            } else {
+              wa[u] = make_uint4(0, 0, 0, 0);
+              wb[u] = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int32_t c = base + u * 32 + lane;
           if (c < it.c1) {
-            wa[u] = ld_weight(it.A + int64_t(c) * 8);
-            wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
-          } else {
-            wa[u] = make_uint4(0, 0, 0, 0);
-            wb[u] = make_uint4(0, 0, 0, 0);
+            const uint4 x = hv[c];
+            a0 = dot8(wa[u], x, a0);
+            a1 = dot8(wb[u], x, a1);
           }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t c = base + u * 32 + lane;
-        if (c < it.c1) {
-          const uint4 x = hv[c];
-          a0 = dot8(wa[u], x, a0);
-          a1 = dot8(wb[u], x, a1);
         }
       }
       if (!next_done) {  // the staged batch has been used: the region takes the next tile's batch
