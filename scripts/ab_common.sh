@@ -4,6 +4,7 @@
 #   ab TAG [OPTS] [ROUNDS]      opt_ab of the option sets OPTS (default 25183) at Llama-1B ctx 32 / 4064 and
 #                               SmolLM2 ctx 32, ROUNDS rounds (default 2), lines prefixed with TAG; its JSON is kept
 #                               as $OUT/opt_ab-TAG.json
+#   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
 AB_T0=$(date +%s)
 build() {
@@ -18,4 +19,12 @@ ab() {
     --models "llama-3.2-1b:32,4064;smollm2-135m:32" 2>&1 | grep -v Warning | grep "round\|rror" \
     | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1//"
   mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
+}
+ab_base_in() {
+  [ -f .ab/decode_kernel.cu ] || { echo "missing .ab/decode_kernel.cu (see the calling script's header)"; exit 2; }
+  cp csrc/cuda/decode_kernel.cu /tmp/new.cu
+  cp .ab/decode_kernel.cu csrc/cuda/decode_kernel.cu
+}
+ab_new_in() {
+  cp /tmp/new.cu csrc/cuda/decode_kernel.cu
 }

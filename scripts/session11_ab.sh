@@ -11,11 +11,9 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ab_common.sh
-[ -f .ab/decode_kernel.cu ] || { echo "missing .ab/decode_kernel.cu (see the header)"; exit 2; }
-cp csrc/cuda/decode_kernel.cu /tmp/new.cu
-cp .ab/decode_kernel.cu csrc/cuda/decode_kernel.cu
+ab_base_in
 build base
-cp /tmp/new.cu csrc/cuda/decode_kernel.cu
+ab_new_in
 timeout 60 python3 scripts/lean_check.py save /tmp/ref.pt 2>&1 | tail -1
 ab base 25183 2
 build v36

@@ -9,9 +9,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ab_common.sh
-[ -f .ab/decode_kernel.cu ] || { echo "missing .ab/decode_kernel.cu (see the header)"; exit 2; }
-cp csrc/cuda/decode_kernel.cu /tmp/new.cu
-cp .ab/decode_kernel.cu csrc/cuda/decode_kernel.cu
+ab_base_in
 build base
 python3 -c "import tiles_ext._C as c; print('FLAG_HANDOFFS', c.FLAG_HANDOFFS, 'FLAG_HANDOFF_OPT', c.FLAG_HANDOFF_OPT)"
 timeout 170 python3 -P -m pytest tests -q -k "cuda or gpu" -p no:cacheprovider > "${OUT:-/tmp}/gputests-base.log" 2>&1
@@ -19,7 +17,7 @@ grep -E "^(FAILED|ERROR)|passed|failed" "${OUT:-/tmp}/gputests-base.log" | cut -
 echo "suite done t=$(( $(date +%s) - AB_T0 ))"
 timeout 60 python3 scripts/lean_check.py save /tmp/ref.pt 2>&1 | tail -1
 ab base "25183,25183@TILES_HANDOFF=counters" 2
-cp /tmp/new.cu csrc/cuda/decode_kernel.cu
+ab_new_in
 build v38
 timeout 60 python3 scripts/lean_check.py compare /tmp/ref.pt 2>&1 | tail -2
 ab v38 "25183,25183@TILES_HANDOFF=counters" 2

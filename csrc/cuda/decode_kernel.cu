@@ -836,6 +836,23 @@ __device__ __forceinline__ MatvecItem matvec_item(const MatvecShape& m, const ui
   return it;
 }
 
+// One batch of an item from global memory into a lane's weight registers: chunks base + u * 32 + lane of both rows,
+// zeros past the item's slice (and for the missing second row).
+__device__ __forceinline__ void load_batch(const MatvecItem& it, int32_t base, int lane, uint4 (&wa)[kUnroll],
+                                           uint4 (&wb)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int32_t c = base + u * 32 + lane;
+    if (c < it.c1) {
+      wa[u] = ld_weight(it.A + int64_t(c) * 8);
+      wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
+    } else {
+      wa[u] = make_uint4(0, 0, 0, 0);
+      wb[u] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // With a k-split, the block adds each unit's slices in slice order (fixed, so bit-identical) and emits the rows.
 __device__ __forceinline__ void ksplit_sum(const MatvecShape& m, const float* red, const MatvecOut& o) {
   if (m.ksplit <= 1) return;
@@ -1622,17 +1639,7 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
         // and the kernel spills. Same chunks, same fmaf order: bit-identical.
         const int32_t nbase = base + 32 * kUnroll;
         if (nbase < it.c1) {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int32_t c = nbase + u * 32 + lane;
-            if (c < it.c1) {
-              wa[u] = ld_weight(it.A + int64_t(c) * 8);
-              wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
-            } else {
-              wa[u] = make_uint4(0, 0, 0, 0);
-              wb[u] = make_uint4(0, 0, 0, 0);
-            }
-          }
+          load_batch(it, nbase, lane, wa, wb);
           preloaded = true;
         }
         const uint8_t* sw = stage + warp * kStageBytesPerWarp;
@@ -1662,17 +1669,7 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
         } else if (preloaded) {
           preloaded = false;  // this batch's loads were issued before the staged batch's arithmetic
         } else {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int32_t c = base + u * 32 + lane;
-            if (c < it.c1) {
-              wa[u] = ld_weight(it.A + int64_t(c) * 8);
-              wb[u] = it.bvalid ? ld_weight(it.B + int64_t(c) * 8) : make_uint4(0, 0, 0, 0);
-            } else {
-              wa[u] = make_uint4(0, 0, 0, 0);
-              wb[u] = make_uint4(0, 0, 0, 0);
-            }
-          }
+          load_batch(it, base, lane, wa, wb);
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
