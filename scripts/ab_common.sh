@@ -1,4 +1,4 @@
-# Sourced by the device-call A/B scripts (lean_ab.sh, flags_ab.sh, ...): the GPU machine's build environment and
+# Sourced by the device-call A/B scripts (lean_ab.sh, session11_*.sh, ...): the GPU machine's build environment and
 # the two steps they all repeat. Not a script of its own.
 #   build TAG [VAR=value ...]   a fresh editable build of the extension with those build knobs (setup.py)
 #   ab TAG [OPTS] [ROUNDS]      opt_ab of the option sets OPTS (default 25183) at Llama-1B ctx 32 / 4064 and

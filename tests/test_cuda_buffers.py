@@ -30,7 +30,7 @@ CASES = [(264, 6, 2, 64, 456, 2, 7), (392, 8, 2, 128, 1000, 1, 13), (256, 4, 4, 
 
 
 def _buffers(plan, scratch, flagged=False):
-    """Every buffer as fp32 values. `flagged`: a TILES_FLAGS CUDA arena (tiles_ext.runtime.cuda_scratch_flagged),
+    """Every buffer as fp32 values. `flagged`: the arena of a runtime with flag hand-offs (TileRuntime.flagged),
     where each element is the low half of a word twice its size, at twice its offset."""
     out = []
     names = plan_buffer_names(plan)
