@@ -10,6 +10,7 @@ Environment:
   TILES_DEBUG=1         -O0 -g (and -G for device code) instead of -O3.
   TILES_KEEP_CXX=1      keep a compiler under /opt (by default replaced by /usr/bin/g++: see _use_system_compiler).
   TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 4).
+  TILES_FLAGS_KUNROLL=N experiment: the same for the flag-hand-off kernel (default 3).
   TILES_LEAN_OPT=N      experiment: the kernel option bits fixed at N at compile time (every other option's code
                         compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
   TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
@@ -113,7 +114,8 @@ def _extension():
         nvcc = (["-O0", "-g", "-G"] if debug else ["-O3"]) + NVCC_COMMON + _gencode_flags(arch_list)
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
-        knobs = _int_knob("TILES_KUNROLL") + _int_knob("TILES_LEAN_OPT") + _int_knob("TILES_DEFAULT_OPT")
+        knobs = (_int_knob("TILES_KUNROLL") + _int_knob("TILES_FLAGS_KUNROLL") + _int_knob("TILES_LEAN_OPT")
+                 + _int_knob("TILES_DEFAULT_OPT"))
         if os.environ.get("TILES_ATTN_MMA", "0") not in ("", "0"):  # tensor-core attention (experiment): 1 or 2
             knobs.append(("TILES_ATTN_MMA", str(int(os.environ["TILES_ATTN_MMA"]))))
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,

@@ -44,7 +44,7 @@ from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
 from tiles_ext.runtime import TileRuntime, model_weights, rope_tables  # noqa: E402
 
 # Tile record columns (plan_format.h Tile)
-C_OP, C_LAYER, C_WEIGHT, C_WAIT_BEGIN, C_WAIT_COUNT, C_SIGNAL = 0, 1, 2, 14, 15, 16
+C_OP, C_LAYER, C_WEIGHT, C_WAIT_BEGIN, C_WAIT_COUNT, C_SIGNAL, C_WEIGHT_BYTES = 0, 1, 2, 14, 15, 16, 17
 
 
 def build_lib(out_dir: Path) -> Path:
@@ -215,6 +215,7 @@ def analyse(plan, T, stride):
                 ends[(s, sig)] = max(ends[(s, sig)], t2)
                 recs.append((s, w, ti, t0, t1, t2, m1, m2, m3))
     stage_tiles = defaultdict(list)  # (step, name, layer) -> list of (t0, t1, t2, dep_end)
+    stage_workers = defaultdict(list)  # the same keys -> (worker, weight bytes) per tile
     for s, w, ti, t0, t1, t2, m1, m2, m3 in recs:
         dep = 0
         for k in range(int(tiles[ti, C_WAIT_COUNT])):
@@ -223,7 +224,11 @@ def analyse(plan, T, stride):
                 dep = max(dep, ends[(s + off, c)])
         name = op_name(int(tiles[ti, C_OP]), int(tiles[ti, C_WEIGHT]), o_weights)
         stage_tiles[(s, name, int(tiles[ti, C_LAYER]))].append((t0, t1, t2, dep, m1, m2, m3))
+        stage_workers[(s, name, int(tiles[ti, C_LAYER]))].append((w, int(tiles[ti, C_WEIGHT_BYTES])))
     per_name = defaultdict(lambda: defaultdict(list))
+    # Per worker, matvec stages: streaming rate (weight bytes / work) and finish (signal - the stage's inputs
+    # ready), with the step, to tell per-SM rate differences that persist from noise.
+    per_worker = defaultdict(lambda: defaultdict(list))  # name -> worker -> [(step, rate GB/s, finish us, last)]
     for (s, name, layer), lst in stage_tiles.items():
         if s == 0:
             continue  # the first step includes the launch
@@ -231,6 +236,12 @@ def analyse(plan, T, stride):
         dep_end = a[:, 3].max()
         if dep_end == 0:
             continue
+        if name in ("QKV", "O", "GATEUP", "DOWN", "LMHEAD"):
+            last = int(a[:, 2].argmax())
+            for k, (w, nbytes) in enumerate(stage_workers[(s, name, layer)]):
+                work = a[k, 2] - a[k, 1]
+                if work > 0 and nbytes > 0:
+                    per_worker[name][w].append((s, nbytes / work, (a[k, 2] - dep_end) / 1e3, int(k == last)))
         end = a[:, 2].max()
         waited = a[a[:, 0] < a[:, 3]]
         late = a[a[:, 0] >= a[:, 3]]
@@ -263,8 +274,28 @@ def analyse(plan, T, stride):
             if (s, arg_counter) in ends and (s - 1, arg_counter) in ends]
     all_t = np.sort(np.unique(np.asarray([r[3:6] for r in recs]).ravel()))
     res = float(np.diff(all_t)[np.diff(all_t) > 0].min()) if len(all_t) > 2 else float("nan")
+    workers = {}
+    for name, by_w in per_worker.items():
+        rate = np.full(W, np.nan)
+        finish = np.full(W, np.nan)
+        halves = np.full((2, W), np.nan)
+        crit = np.zeros(W, dtype=np.int64)
+        mid = 1 + (steps - 1) // 2
+        for w, v in by_w.items():
+            v = np.asarray(v)
+            rate[w] = np.median(v[:, 1])
+            finish[w] = np.median(v[:, 2])
+            crit[w] = int(v[:, 3].sum())
+            for h, sel in enumerate((v[:, 0] < mid, v[:, 0] >= mid)):
+                if sel.any():
+                    halves[h, w] = np.median(v[sel, 1])
+        ok = ~np.isnan(halves).any(axis=0)
+        corr = float(np.corrcoef(halves[0, ok], halves[1, ok])[0, 1]) if ok.sum() > 2 else float("nan")
+        workers[name] = {"rate_gbs": [None if np.isnan(x) else float(x) for x in rate],
+                         "finish_us": [None if np.isnan(x) else float(x) for x in finish],
+                         "critical_count": crit.tolist(), "rate_half_corr": corr}
     return {"token_us": statistics.mean(toks) / 1e3 if toks else None, "stages": table,
-            "timer_resolution_ns": res}
+            "timer_resolution_ns": res, "workers": workers}
 
 
 def main():
@@ -324,6 +355,16 @@ def main():
             if s and "crit_phase1_us" in s:
                 print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
                       f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}")
+        print(f"per worker (medians over layers and steps): {'stage':<8}{'rate GB/s min':>14}{'p10':>7}{'med':>7}"
+              f"{'p90':>7}{'max':>7}{'half corr':>10}   most often last (worker: times)")
+        for name in order:
+            q = r["workers"].get(name)
+            if q:
+                v = np.asarray([x for x in q["rate_gbs"] if x is not None])
+                cc = np.asarray(q["critical_count"])
+                top = ", ".join(f"{int(w)}: {int(cc[w])}" for w in np.argsort(-cc)[:4] if cc[w] > 0)
+                print(f"{'':44}{name:<8}{v.min():>14.1f}{np.percentile(v, 10):>7.1f}{np.median(v):>7.1f}"
+                      f"{np.percentile(v, 90):>7.1f}{v.max():>7.1f}{q['rate_half_corr']:>10.2f}   {top}")
         if "stream" in r:
             print(f"stream stages (medians, us): {'op':<8}{'n':>7}{'latency':>9}{'hold':>7}{'refill':>8}"
                   f"{'interval':>9}{'mean':>7}{'prepare':>8}{'item':>7}{'begin late':>11}{'landed ahead':>13}")

@@ -154,6 +154,8 @@ TOOL_BUILDS = {
     "tile_timing_default": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1"]),
     # The flag-hand-off variant as the timing tool links it (scripts/tile_timing.py).
     "tile_timing_flags": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_TILE_TIMING=1"]),
+    # The flag kernel at the counter kernel's kUnroll (setup.py TILES_FLAGS_KUNROLL=4; its default is 3).
+    "decode_kernel_flags_kunroll4": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_FLAGS_KUNROLL=4"]),
     # The default variant compiled for another option set (setup.py TILES_DEFAULT_OPT; 156255 = 25183 + PollAhead
     # selects the poll instantiation).
     "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
@@ -226,3 +228,56 @@ def test_cuda_glue_syntax(source, tmp_path):
                     "include c10/cuda/CUDAStream.h and c10/cuda/CUDAGuard.h instead of ATen/cuda/CUDAContext.h "
                     "to make the glue checkable here)")
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stderr[-6000:]}"
+
+
+# The host sizes every kernel's shared memory with its own smem_layout (kUnroll 4's stage); the flag kernel runs at
+# TILES_FLAGS_KUNROLL (3) and lays out its own, smaller stage inside that allocation. Compiled here with the flag
+# define and without, for both models' plans: the flag kernel's layout must fit the host's, offset by offset.
+_SMEM_PROBE = r"""
+#include <cstdio>
+#include <cstring>
+#include "cuda/decode_kernel.h"
+int main() {
+  int32_t w[tiles::kHeaderWords];
+  for (int i = 0; i < tiles::kHeaderWords; ++i)
+    if (std::scanf("%d", &w[i]) != 1) return 2;
+  tiles::Header h;
+  std::memcpy(&h, w, sizeof h);
+  const tiles::cuda::SmemLayout L = tiles::cuda::smem_layout(h, tiles::cuda::kOptDefault);
+  std::printf("%d %d %d %d %d\n", tiles::cuda::kUnroll, L.total, L.stage, L.kbuf2,
+              L.kbuf2 < 0 ? 0 : L.kbuf2 - L.stage);
+  return 0;
+}
+"""
+
+
+def test_flag_kernel_shared_memory_fits_the_hosts(tmp_path):
+    cuda_inc = _cuda_include()
+    gxx = shutil.which("g++")
+    if cuda_inc is None or gxx is None:
+        pytest.skip("needs g++ and the CUDA runtime headers")
+    from tiles_ext.models import load_config
+    from tiles_ext.planner.plan import build_plan
+    src = tmp_path / "smem_probe.cpp"
+    src.write_text(_SMEM_PROBE)
+    exes = {}
+    for tag, defs in (("host", []), ("flags", ["-DTILES_FLAGS=1"])):
+        exes[tag] = tmp_path / f"probe_{tag}"
+        cmd = [gxx, "-std=c++17", "-O0", *defs, f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
+               f"-I{cuda_inc}", str(src), "-o", str(exes[tag])]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stderr[-4000:]}"
+    for name in ("llama-3.2-1b", "smollm2-135m"):
+        words = " ".join(str(x) for x in build_plan(load_config(name), workers=132).header_words())
+        got = {}
+        for tag, exe in exes.items():
+            out = subprocess.run([str(exe)], input=words, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            got[tag] = [int(x) for x in out.stdout.split()]
+        (u_host, total_host, stage_host, _, _), (u_flags, total_flags, stage_flags, kbuf2_flags, kv_at) = \
+            got["host"], got["flags"]
+        assert (u_host, u_flags) == (4, 3), f"{name}: kUnroll host {u_host}, flag kernel {u_flags}"
+        assert total_flags <= total_host, f"{name}: the flag kernel needs {total_flags} B, the host gives {total_host}"
+        # The same offsets up to the stage, which is a quarter smaller; the second K/V chunk still fits inside it.
+        assert stage_flags == stage_host and kbuf2_flags == stage_flags, (name, got)
+        assert kv_at == 0

@@ -23,11 +23,21 @@ constexpr int kMaxGroup = kWarps;      // query heads per KV head: one warp per 
 // kAttnChunkElems (plan_format.h): KV positions staged per attention chunk = kAttnChunkElems / head_dim.
 // 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per
 // SM. TILES_KUNROLL (a build-time experiment knob: setup.py and scripts/tile_timing.py pass it) changes it.
+// The flag-hand-off kernel (decode_kernel_flags.cu, given to small models) has its own value, TILES_FLAGS_KUNROLL:
+// 3 there measured 1% faster on SmolLM2 (its stages are hand-off bound; perf log, session 12), while Llama-1B's
+// counter kernel loses 5% at 3. The host sizes shared memory with kUnroll 4's stage, which holds the smaller one.
 #ifndef TILES_KUNROLL
 #define TILES_KUNROLL 4
 #endif
+#ifndef TILES_FLAGS_KUNROLL
+#define TILES_FLAGS_KUNROLL 3
+#endif
+#ifdef TILES_FLAGS
+constexpr int kUnroll = TILES_FLAGS_KUNROLL;
+#else
 constexpr int kUnroll = TILES_KUNROLL;
-static_assert(kUnroll >= 2 && kUnroll <= 8, "TILES_KUNROLL: 2 to 8");
+#endif
+static_assert(kUnroll >= 2 && kUnroll <= 8, "TILES_KUNROLL, TILES_FLAGS_KUNROLL: 2 to 8");
 // Per-tile timestamps (TILES_TILE_TIMING builds): start (before staging and the wait), wait done, signalled, then
 // two phase marks inside the tile (matvec: input vector ready, arithmetic done; ATTN: q and the new row ready,
 // chunk loop done; MERGE: scale factors ready, output written) and just before the signal. 0 = not reached.
