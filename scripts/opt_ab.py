@@ -78,8 +78,8 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
                     else:
                         os.environ[k] = v
                 res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single,
-                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "handoff": op.rt.handoff, "round": r, "graph_ms": ms,
-                            "multi64_ms_per_token": multi})
+                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "handoff": op.rt.handoff, "round": r,
+                            "graph_ms": ms, "multi64_ms_per_token": multi})
                 tail = "" if multi is None else f" (x64 launches: {multi:.4f} ms)"
                 print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} opt {o} "
                       f"{op.rt.handoff} round {r}: {ms:.4f} ms{tail}", flush=True)

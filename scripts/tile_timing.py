@@ -226,9 +226,9 @@ def analyse(plan, T, stride):
         stage_tiles[(s, name, int(tiles[ti, C_LAYER]))].append((t0, t1, t2, dep, m1, m2, m3))
         stage_workers[(s, name, int(tiles[ti, C_LAYER]))].append((w, int(tiles[ti, C_WEIGHT_BYTES])))
     per_name = defaultdict(lambda: defaultdict(list))
-    # Per worker, matvec stages: streaming rate (weight bytes / work) and finish (signal - the stage's inputs
-    # ready), with the step, to tell per-SM rate differences that persist from noise.
-    per_worker = defaultdict(lambda: defaultdict(list))  # name -> worker -> [(step, rate GB/s, finish us, last)]
+    # Per worker, matvec stages: streaming rate (weight bytes / work) with the step, to tell per-SM rate
+    # differences that persist from noise, and whether the tile was its stage's last.
+    per_worker = defaultdict(lambda: defaultdict(list))  # name -> worker -> [(step, rate GB/s, last)]
     for (s, name, layer), lst in stage_tiles.items():
         if s == 0:
             continue  # the first step includes the launch
@@ -241,7 +241,7 @@ def analyse(plan, T, stride):
             for k, (w, nbytes) in enumerate(stage_workers[(s, name, layer)]):
                 work = a[k, 2] - a[k, 1]
                 if work > 0 and nbytes > 0:
-                    per_worker[name][w].append((s, nbytes / work, (a[k, 2] - dep_end) / 1e3, int(k == last)))
+                    per_worker[name][w].append((s, nbytes / work, int(k == last)))
         end = a[:, 2].max()
         waited = a[a[:, 0] < a[:, 3]]
         late = a[a[:, 0] >= a[:, 3]]
@@ -277,22 +277,19 @@ def analyse(plan, T, stride):
     workers = {}
     for name, by_w in per_worker.items():
         rate = np.full(W, np.nan)
-        finish = np.full(W, np.nan)
         halves = np.full((2, W), np.nan)
         crit = np.zeros(W, dtype=np.int64)
         mid = 1 + (steps - 1) // 2
         for w, v in by_w.items():
             v = np.asarray(v)
             rate[w] = np.median(v[:, 1])
-            finish[w] = np.median(v[:, 2])
-            crit[w] = int(v[:, 3].sum())
+            crit[w] = int(v[:, 2].sum())
             for h, sel in enumerate((v[:, 0] < mid, v[:, 0] >= mid)):
                 if sel.any():
                     halves[h, w] = np.median(v[sel, 1])
         ok = ~np.isnan(halves).any(axis=0)
         corr = float(np.corrcoef(halves[0, ok], halves[1, ok])[0, 1]) if ok.sum() > 2 else float("nan")
         workers[name] = {"rate_gbs": [None if np.isnan(x) else float(x) for x in rate],
-                         "finish_us": [None if np.isnan(x) else float(x) for x in finish],
                          "critical_count": crit.tolist(), "rate_half_corr": corr}
     return {"token_us": statistics.mean(toks) / 1e3 if toks else None, "stages": table,
             "timer_resolution_ns": res, "workers": workers}

@@ -273,7 +273,8 @@ def test_flag_kernel_shared_memory_fits_the_hosts(tmp_path):
             out = subprocess.run([str(exe)], input=words, capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
             got[tag] = [int(x) for x in out.stdout.split()]
-        (u_host, total_host, stage_host, _), (u_flags, total_flags, stage_flags, kbuf2_flags) = got["host"], got["flags"]
+        u_host, total_host, stage_host, _ = got["host"]
+        u_flags, total_flags, stage_flags, kbuf2_flags = got["flags"]
         assert (u_host, u_flags) == (4, 3), f"{name}: kUnroll host {u_host}, flag kernel {u_flags}"
         assert total_flags <= total_host, f"{name}: the flag kernel needs {total_flags} B, the host gives {total_host}"
         # The same offsets up to the stage, which is a quarter smaller; the second K/V chunk still fits inside it.

@@ -92,10 +92,14 @@ class TileRuntime:
         self.plan_tensor = torch.from_numpy(plan.to_blob()).to(self.device)
         self.handoff = choose_handoff(plan.header, self.device, handoff)
         # A flagged arena is twice the plan's (a few MB): every element carries its epoch; its size tells the op.
-        self.flagged = self.handoff == "flags"
         self.scratch = torch.zeros((2 if self.flagged else 1) * plan.header["scratch_bytes"], dtype=torch.uint8,
                                    device=self.device)
         self.state = torch.zeros(plan.header["state_words"], dtype=torch.int32, device=self.device)
+
+    @property
+    def flagged(self) -> bool:
+        """The scratch arena has the flagged layout (flag hand-offs): every element with its epoch."""
+        return self.handoff == "flags"
 
     def step(self, weights, k_cache, v_cache, input_ids, position, inv_freq, rope_scale: float, num_steps: int = 1,
              eos_ids=(), order_seed: int = 0):
