@@ -25,11 +25,18 @@ Ops (buffers named by id into the buffer table; "row r" means output row r of th
            in_buf = Q (bf16, un-rotated), in2_buf = K_new (bf16, un-rotated), in3_buf = V_new (bf16).
            If lo <= pos < hi the tile rotates K_new[head] (RoPE at pos, fp32 math, rounded to bf16) and writes
            it and V_new[head] into k_cache/v_cache[layer][0, head, pos, :] before using them.
+           out_offset = 1 (partition 0 only) says the MERGE of (layer, aux0) is the next tile of this worker
+           (the planner's with_tile, checked by the validator). When partition 0 then holds every position, that
+           MERGE can take (m, l, o) from the executor's own storage, and an executor may skip writing them to
+           out_buf and leave this tile's counter increment to that MERGE (the CUDA kernel does: perf log v44).
+           Otherwise 0.
            For each q head of the group (q heads aux0*G .. aux0*G+G-1): q rotated in fp32, scores fp32
            scaled by 1/sqrt(head_dim); writes partial (m, l, o[head_dim]) fp32 to out_buf at
            ((aux0 * P + p) * G + g) * (head_dim + 2). Empty range: m = -inf, l = 0, o = 0.
   MERGE    aux0 = kv head. Log-sum-exp merge of the P partials of each q head in the group;
-           out_buf (bf16 attention output) [q_head * head_dim + d].
+           out_buf (bf16 attention output) [q_head * head_dim + d]. aux1 = 1 + the signal counter of the
+           preceding ATTN tile when that tile is marked (out_offset 1), else 0: where the ATTN tile left its
+           increment to this MERGE (above), the MERGE adds it too, after its own release.
   RESID    out_buf[out_offset + r - row_begin] = in2_buf[same index] + sum_k weight[r,k] * in_buf[k]
            (in_buf bf16 vector, in2_buf and out_buf fp32 residual stream).
   GATEUP   h = rmsnorm(in_buf, norm) as for QKV; out_buf[r] = bf16(silu(g) * u), g = weight[r].h,
@@ -191,9 +198,9 @@ TILE_FIELDS = [
     ("in2_buf", "second input (RESID residual, ATTN K_new) or -1"),
     ("in3_buf", "third input (ATTN V_new) or -1"),
     ("out_buf", "output buffer or -1"),
-    ("out_offset", "element offset of row_begin in out_buf"),
+    ("out_offset", "element offset of row_begin in out_buf; ATTN: 1 = its MERGE is this worker's next tile"),
     ("aux0", "ATTN/MERGE kv head; LMHEAD partial slot; ARGMAX partial count"),
-    ("aux1", "ATTN partition"),
+    ("aux1", "ATTN partition; MERGE: 1 + the marked preceding ATTN tile's counter, or 0"),
     ("wait_begin", "first wait record"),
     ("wait_count", "number of wait records"),
     ("signal", "counter incremented on completion"),

@@ -147,11 +147,26 @@ def expected_weight_shapes(shape: ModelShape) -> np.ndarray:
     return np.asarray(rows, dtype=np.int32)
 
 
+def mark_merge_next(tiles: np.ndarray, lists) -> None:
+    """out_offset = 1 on every partition-0 ATTN tile followed on its worker by the MERGE of its (layer, KV head),
+    and aux1 = 1 + the ATTN tile's counter on that MERGE (format.py: the MERGE may release it in the ATTN's place)."""
+    c = {f: TILE.index(f) for f in ("op", "layer", "aux0", "aux1", "out_offset", "signal")}
+    for lst in lists:
+        for a, b in zip(lst, lst[1:]):
+            ta, tb = tiles[a], tiles[b]
+            if (ta[c["op"]] == Op.ATTN and ta[c["aux1"]] == 0 and tb[c["op"]] == Op.MERGE
+                    and ta[c["layer"]] == tb[c["layer"]] and ta[c["aux0"]] == tb[c["aux0"]]):
+                ta[c["out_offset"]] = 1
+                tb[c["aux1"]] = ta[c["signal"]] + 1
+
+
 def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | None = None,
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
                attn_single: int | None = None, o_off_merge: bool = True, attn0_off_qkv: bool = True,
-               validate: bool = True) -> Plan:
-    """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict)."""
+               merge_next: bool = True, validate: bool = True) -> Plan:
+    """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict).
+    merge_next: mark each partition-0 ATTN tile whose MERGE runs right after it on the same worker (out_offset 1;
+    format.py), so that at short context the kernel skips the partials nobody reads (perf log v44)."""
     shape = config if isinstance(config, ModelShape) else ModelShape.from_config(config)
     gpu = gpu or GpuTarget()
     g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single, o_off_merge,
@@ -178,6 +193,8 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
     for w, lst in enumerate(lists):
         worker_offsets[w + 1] = worker_offsets[w] + len(lst)
     worker_tiles = np.asarray([i for lst in lists for i in lst], dtype=np.int32)
+    if merge_next:
+        mark_merge_next(tiles, lists)
     weight_shapes = expected_weight_shapes(shape)
 
     header = {f: 0 for f, _ in HEADER.fields}

@@ -33,8 +33,8 @@ class PlanError(ValueError):
 _COL = {name: i for i, (name, _) in enumerate(TILE.fields)}
 MATRIX_SLOTS = ("q", "k", "v", "o", "gate", "up", "down")
 _ROWS = ("row_begin", "row_end", "out_offset")
-_UNUSED = {Op.EMBED: _ROWS + ("aux0", "aux1"), Op.QKV: ("aux0", "aux1"), Op.ATTN: _ROWS,
-           Op.MERGE: _ROWS + ("aux1",), Op.RESID: ("aux0", "aux1"), Op.GATEUP: ("aux0", "aux1"),
+_UNUSED = {Op.EMBED: _ROWS + ("aux0", "aux1"), Op.QKV: ("aux0", "aux1"), Op.ATTN: ("row_begin", "row_end"),
+           Op.MERGE: _ROWS, Op.RESID: ("aux0", "aux1"), Op.GATEUP: ("aux0", "aux1"),
            Op.LMHEAD: ("aux1", "out_offset"), Op.ARGMAX: _ROWS + ("aux1",)}
 
 
@@ -387,6 +387,45 @@ class _Checker:
         anc = self.happens_before()
         self.check_reads(reads, owner, kind, anc)
         self.check_steps(anc)
+        for i in range(n):
+            if c["op"][i] in (Op.ATTN, Op.MERGE):
+                self.check_merge_next(i)
+
+    def check_merge_next(self, i):
+        """The MERGE-next marks are promises an executor may act on (skip the partials, move the ATTN tile's counter
+        increment to its MERGE): ATTN out_offset 1 <=> its MERGE runs next on its worker, carrying aux1 = 1 + the
+        ATTN tile's counter."""
+        c = self.cols
+        if not hasattr(self, "next_tile"):
+            self.next_tile, self.prev_tile = {}, {}
+            off, wt = np.asarray(self.plan.worker_offsets).tolist(), np.asarray(self.plan.worker_tiles).tolist()
+            for w in range(self.h["num_workers"]):
+                lst = wt[off[w]:off[w + 1]]
+                self.next_tile.update(zip(lst, lst[1:]))
+                self.prev_tile.update(zip(lst[1:], lst))
+        if c["op"][i] == Op.MERGE:
+            mark = c["aux1"][i]
+            j = self.prev_tile.get(i, -1)
+            if mark != 0 and not (j >= 0 and c["op"][j] == Op.ATTN and c["out_offset"][j] == 1
+                                  and mark == c["signal"][j] + 1):
+                prev = self.who(j) if j >= 0 else "nothing"
+                self.fail(i, f"aux1 = {mark} says it follows its marked ATTN tile and releases that tile's counter "
+                             f"{mark - 1}, but {prev} runs before it on its worker")
+            return
+        flag = c["out_offset"][i]
+        if flag == 0:
+            return
+        if flag != 1 or c["aux1"][i] != 0:
+            self.fail(i, f"out_offset = {flag}: an ATTN tile holds 0, or 1 on a partition-0 tile whose MERGE runs "
+                         "next on its worker")
+        j = self.next_tile.get(i, -1)
+        if not (j >= 0 and c["op"][j] == Op.MERGE and c["layer"][j] == c["layer"][i] and c["aux0"][j] == c["aux0"][i]):
+            nxt = self.who(j) if j >= 0 else "nothing"
+            self.fail(i, f"out_offset = 1 says the MERGE of its KV head runs next on its worker, but {nxt} does: "
+                         "an executor would skip partials that a MERGE elsewhere reads")
+        if c["aux1"][j] != c["signal"][i] + 1:
+            self.fail(j, f"aux1 = {c['aux1'][j]} after a marked ATTN tile, expected 1 + its counter "
+                         f"{c['signal'][i]}: the ATTN tile's increment would be lost or land on another counter")
 
     def check_coverage(self, rows, logits, shapes):
         """Each weight matrix's rows (hence each output row) computed exactly once; logits rows likewise."""

@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--o-off-merge", default="1", help="0,1: plan the o projection off the MERGE workers (default 1)")
     ap.add_argument("--attn0-off-qkv", default="1",
                     help="0,1: plan partition-0 ATTN tiles off the qkv workers (default 1)")
+    ap.add_argument("--merge-next", default="1",
+                    help="0,1: mark partition-0 ATTN tiles whose MERGE runs next (default 1; perf log v44)")
     ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
     ap.add_argument("--mode", choices=("graph", "both"), default="both",
@@ -43,16 +45,17 @@ def main():
         cfg = load_config(name)
         model = random_model(cfg, device="cuda", seed=0)
         for parts in [int(x) for x in args.partitions.split(",")]:
-            variants = [(int(x), int(y), int(z)) for x in args.singles.split(",") for y in args.o_off_merge.split(",")
-                        for z in args.attn0_off_qkv.split(",")]
-            for single, ooff, aoff in variants:
+            variants = [(int(x), int(y), int(z), int(m)) for x in args.singles.split(",")
+                        for y in args.o_off_merge.split(",") for z in args.attn0_off_qkv.split(",")
+                        for m in args.merge_next.split(",")]
+            for single, ooff, aoff, mnext in variants:
                 plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
                                   attn_partitions=parts or None, attn_single=None if single < 0 else single,
-                                  o_off_merge=bool(ooff), attn0_off_qkv=bool(aoff))
+                                  o_off_merge=bool(ooff), attn0_off_qkv=bool(aoff), merge_next=bool(mnext))
                 print(f"plan: single {plan.header['attn_single']}, o off the MERGE workers {bool(ooff)}, "
-                      f"partition-0 ATTN off the qkv workers {bool(aoff)}", flush=True)
+                      f"partition-0 ATTN off the qkv workers {bool(aoff)}, merge-next {bool(mnext)}", flush=True)
                 op = Op(model, plan, args.max_cache)
-                run_contexts(args, name, op, ctxs, parts, res, plan.header["attn_single"], ooff, aoff)
+                run_contexts(args, name, op, ctxs, parts, res, plan.header["attn_single"], ooff, aoff, mnext)
                 del op
         del model
         torch.cuda.empty_cache()
@@ -60,7 +63,7 @@ def main():
         Path(os.environ["OUT"], "opt_ab.json").write_text(json.dumps(res, indent=1))
 
 
-def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
+def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0, mnext=1):
     """Times every option set at every context, alternating rounds (drift shows as round-to-round change)."""
     for ctx in [int(c) for c in ctxs.split(",")]:
         for r in range(args.rounds):
@@ -78,10 +81,11 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0):
                     else:
                         os.environ[k] = v
                 res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single,
-                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "handoff": op.rt.handoff, "round": r,
+                            "o_off_merge": ooff, "attn0_off_qkv": aoff, "merge_next": mnext,
+                            "handoff": op.rt.handoff, "round": r,
                             "graph_ms": ms, "multi64_ms_per_token": multi})
                 tail = "" if multi is None else f" (x64 launches: {multi:.4f} ms)"
-                print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} opt {o} "
+                print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} mn {mnext} opt {o} "
                       f"{op.rt.handoff} round {r}: {ms:.4f} ms{tail}", flush=True)
 
 

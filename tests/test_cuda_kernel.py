@@ -506,6 +506,34 @@ def test_flag_and_counter_handoffs_are_bit_identical():
     assert TileRuntime(wide, DEV).handoff == "counters"
 
 
+def test_merge_next_skip_is_bit_identical():
+    """v44: a partition-0 ATTN tile marked "MERGE next" (out_offset 1) keeps its partials in shared memory while it
+    holds every position. Same plan with and without the marks, both hand-offs, a launch that crosses attn_single
+    (local MERGE, then partitions merged from the scratch): the same logits, tokens and K/V rows."""
+    cfg, model, _, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
+    col = fmt.TILE.index("out_offset")
+    out = {}
+    for mark in (True, False):
+        plan = build_plan(cfg, workers=_workers(), gpu=_gpu(), attn_single=16, merge_next=mark)
+        attn0 = plan.tiles[(plan.tiles[:, 0] == fmt.Op.ATTN) & (plan.tiles[:, fmt.TILE.index("aux1")] == 0)]
+        assert (attn0[:, col] == (1 if mark else 0)).all()
+        for handoff in ("counters", "flags"):
+            for x, x0 in zip(k + v, k0 + v0):
+                x.copy_(x0)
+            b = Bound(model, plan, handoff=handoff)
+            l, t = b.step(k, v, tok0, pos0, num_steps=24)
+            check_state(b.rt.state, plan)
+            out[mark, handoff] = (l, t, [x[:, :, pos0:pos0 + 24].clone() for x in k + v])
+    for handoff in ("counters", "flags"):
+        (la, ta, ca), (lb, tb, cb) = out[True, handoff], out[False, handoff]
+        assert torch.equal(ta, tb), f"{handoff}: tokens {ta.tolist()} != {tb.tolist()}"
+        assert torch.equal(la.view(torch.int32), lb.view(torch.int32)), f"{handoff}: logits differ"
+        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(ca, cb))
+
+
 def test_flag_runtime_refuses_launches_it_cannot_run(monkeypatch):
     """A runtime bound with flag hand-offs runs the default option set only (its own compilation): another set, the
     runtime-options kernel or an L2 prefetch would hand off by counters, which never caught up with its steps. The

@@ -220,3 +220,43 @@ def test_more_workers_than_sms():
 
 def test_error_is_value_error(small_plan):
     assert issubclass(PlanError, ValueError)
+
+
+def test_merge_next_marks_exactly_the_adjacent_pairs(small_plan):
+    """out_offset 1 on an ATTN tile is a promise the kernel acts on (it skips the partials at short context): the
+    planner sets it on every partition-0 tile whose MERGE is the next tile of its worker, and nowhere else."""
+    lists = [small_plan.worker_list(w).tolist() for w in range(small_plan.num_workers)]
+    nxt = {a: b for lst in lists for a, b in zip(lst, lst[1:])}
+    T = small_plan.tiles
+    marked = 0
+    for i, t in enumerate(T):
+        if t[COL["op"]] != Op.ATTN:
+            continue
+        j = nxt.get(i, -1)
+        adjacent = (t[COL["aux1"]] == 0 and j >= 0 and T[j, COL["op"]] == Op.MERGE
+                    and T[j, COL["layer"]] == t[COL["layer"]] and T[j, COL["aux0"]] == t[COL["aux0"]])
+        assert t[COL["out_offset"]] == int(adjacent), small_plan.tile_name(i)
+        if adjacent:
+            assert T[j, COL["aux1"]] == t[COL["signal"]] + 1, small_plan.tile_name(j)
+        marked += int(adjacent)
+    assert marked == SMALL["num_hidden_layers"] * SMALL["num_key_value_heads"]
+    unmarked = build_plan(SMALL, 13, merge_next=False)
+    assert not unmarked.tiles[unmarked.tiles[:, COL["op"]] == Op.ATTN, COL["out_offset"]].any()
+    assert not unmarked.tiles[unmarked.tiles[:, COL["op"]] == Op.MERGE, COL["aux1"]].any()
+    validate_plan(unmarked)
+
+
+def test_false_merge_next_promise_is_refused(small_plan):
+    p = mutated(small_plan)
+    i = find(p, Op.ATTN, layer=0, aux0=0, aux1=1)   # a partition whose MERGE runs elsewhere
+    p.tiles[i, COL["out_offset"]] = 1
+    refuse(p, f"tile {i} ", "out_offset = 1", "partition-0")
+    p = mutated(small_plan)
+    i = find(p, Op.ATTN, layer=0, aux0=0, aux1=0)
+    a, b = find(p, Op.MERGE, layer=0, aux0=0), find(p, Op.MERGE, layer=0, aux0=1)
+    ka, kb = int(np.argwhere(p.worker_tiles == a)[0][0]), int(np.argwhere(p.worker_tiles == b)[0][0])
+    p.worker_tiles[ka], p.worker_tiles[kb] = b, a   # the two MERGE tiles trade workers: both promises break
+    refuse(p, f"tile {i} ", "says the MERGE of its KV head runs next")
+    p = mutated(small_plan)
+    p.tiles[a, COL["aux1"]] += 1   # the MERGE would release another counter than its ATTN tile's
+    refuse(p, f"tile {a} ", "aux1 = ", "counter")

@@ -251,6 +251,13 @@ def test_corrupt_plan_fields_are_refused(model, plan, prompt):
     bound.runtime.plan_tensor[plan.header["worker_tiles_offset"]] = plan.worker_tiles[1]
     with pytest.raises(RuntimeError, match="listed twice"):
         bound.step(cache, 1, PROMPT)
+    # A "MERGE next" mark (out_offset 1) on a partition whose MERGE runs elsewhere: the kernel would skip partials
+    # that MERGE reads, so the op refuses the blob as it does a broken one.
+    bound, cache = fresh(model, plan, prompt)
+    j = next(k for k, t in enumerate(plan.tiles) if t[0] == fmt.Op.ATTN and t[fmt.TILE.index("aux1")] == 1)
+    bound.runtime.plan_tensor[tile_word(plan, j, "out_offset")] = 1
+    with pytest.raises(RuntimeError, match=rf"bad plan: tile {j} \(ATTN, layer \d+\): out_offset \(MERGE next\)"):
+        bound.step(cache, 1, PROMPT)
     bound, cache = fresh(model, plan, prompt)
     bound.runtime.header = list(bound.runtime.header)
     bound.runtime.header[fmt.HEADER.index("magic")] = 1

@@ -122,6 +122,15 @@ PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
                 " is out of range or listed twice (every tile must belong to exactly one worker)");
     seen[t] = 1;
   }
+  // The tiles before and after each tile on its worker (-1: none): an ATTN tile's out_offset 1 promises its MERGE
+  // comes next, and the kernel then skips the partials at short context and that MERGE (aux1 = 1 + the ATTN tile's
+  // counter) releases the ATTN tile's counter too: a false promise would be a wrong answer or a stray increment.
+  std::vector<int32_t> next(h.num_tiles, -1), prev(h.num_tiles, -1);
+  for (int64_t w = 0; w < h.num_workers; ++w)
+    for (int32_t k = p.worker_offsets[w]; k + 1 < p.worker_offsets[w + 1]; ++k) {
+      next[p.worker_tiles[k]] = p.worker_tiles[k + 1];
+      prev[p.worker_tiles[k + 1]] = p.worker_tiles[k];
+    }
 
   const int64_t H = h.hidden, hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions;
   const int64_t nq = int64_t(h.num_heads) * hd, nkv = int64_t(h.num_kv_heads) * hd;
@@ -163,12 +172,26 @@ PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
         c.buffer(t.in2_buf, kDTypeBf16, nkv, "in2_buf (K_new)");
         c.buffer(t.in3_buf, kDTypeBf16, nkv, "in3_buf (V_new)");
         c.buffer(t.out_buf, kDTypeF32, parts, "out_buf (partials)");
+        if (t.out_offset != 0) {
+          const int32_t j = next[i];
+          c.fail_if(t.out_offset != 1 || t.aux1 != 0 || j < 0 || p.tiles[j].op != kOpMerge ||
+                        p.tiles[j].layer != t.layer || p.tiles[j].aux0 != t.aux0 || p.tiles[j].aux1 != t.signal + 1,
+                    "out_offset (MERGE next) is set, but the tile is not a partition-0 ATTN tile followed on its "
+                    "worker by the MERGE of its layer and KV head marked with its counter (aux1)");
+        }
         break;
       case kOpMerge:
         c.layer();
         c.fail_if(t.aux0 < 0 || t.aux0 >= h.num_kv_heads, "kv head (aux0) out of range");
         c.buffer(t.in_buf, kDTypeF32, parts, "in_buf (partials)");
         c.buffer(t.out_buf, kDTypeBf16, nq, "out_buf");
+        if (t.aux1 != 0) {
+          const int32_t j = prev[i];
+          c.fail_if(j < 0 || p.tiles[j].op != kOpAttn || p.tiles[j].out_offset != 1 ||
+                        p.tiles[j].signal != t.aux1 - 1,
+                    "aux1 (the counter of a marked ATTN tile before it) is set, but the tile before it on its worker "
+                    "is not that ATTN tile");
+        }
         break;
       case kOpResid: {
         c.rows(); c.layer();

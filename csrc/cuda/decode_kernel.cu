@@ -111,6 +111,10 @@ __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ void red_relaxed_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -546,12 +550,15 @@ __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, 
   return __syncthreads_and(ok) != 0;
 }
 
-// All writes of the tile by all threads happen before the release increment.
-__device__ __forceinline__ void signal_tile(const KernelParams& p, const Tile& t) {
+// All writes of the tile by all threads happen before the release increment. `also` >= 0: a second counter that
+// only advances (v44: the increment of the marked ATTN tile before a local MERGE, which published nothing that
+// the counter's waiters read), added after the release so that the release does not wait for it.
+__device__ __forceinline__ void signal_tile(const KernelParams& p, const Tile& t, int32_t also = -1) {
   __syncthreads();
   if (threadIdx.x == 0) {
     if (!(OPT(p) & kOptNoFence)) __threadfence();
     red_release_add(counter_ptr(p, t.signal), 1u);
+    if (also >= 0) red_relaxed_add(counter_ptr(p, also), 1u);
   }
 }
 
@@ -1761,7 +1768,11 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
 }
 
 // `prestaged`: attn_prestage ran before the wait (RoPE tables ready, chunk 1 rows < pos in flight by cp.async).
-__device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L,
+// True when the tile kept its (m, l, o) in shared memory only (v44): partition 0 holds every position and the plan
+// says its MERGE runs next on this worker (out_offset 1), which then merges locally (kOptLocalMerge) and adds this
+// tile's counter increment after its own release (a release here would wait for the partials' stores, and the
+// MERGE's release for this increment: call 1 of session 13).
+__device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L,
                           bool prestaged, uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
   const int kvh = t.aux0, part = t.aux1;
@@ -2127,12 +2138,14 @@ __device__ void attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   }
 #endif
   TILES_MARK(kTimePhase2);
+  if ((OPT(p) & kOptLocalMerge) && t.out_offset == 1 && part == 0 && hi >= pos + 1) return true;
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
   for (int i = tid; i < G * (hd + 2); i += kThreads) {
     const int g = i / (hd + 2), k = i - g * (hd + 2);
     const int64_t base = (int64_t(kvh * P + part) * G + g) * (hd + 2);
     put_f32(out, base + k, k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]), epoch);
   }
+  return false;
 }
 
 // Out of line (scalar arguments, so nothing of the caller's goes to the stack): at short context LocalMerge runs
@@ -2344,6 +2357,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     prefetch_rows(p, load_tile_rec(g_pf_rec), kWarps * kStageBytesPerWarp);
   uint16_t* vec = reinterpret_cast<uint16_t*>(smem + L.vec);
   float* red = reinterpret_cast<float*>(smem + L.red);
+  bool kept_local = false;  // an ATTN tile that wrote no partials (attn_tile): its MERGE signals for it
   switch (t.op) {
     case kOpEmbed: {
       if (tid == 0) {
@@ -2419,7 +2433,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
     }
     case kOpAttn:
-      attn_tile(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
+      kept_local = attn_tile(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
       break;
     case kOpMerge:
       if (local_merge) {
@@ -2481,8 +2495,10 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
   }
   TILES_MARK(kTimeDone);
-  if (!kFlags || t.op == kOpArgmax) {
-    signal_tile(p, t);
+  if (kept_local) {
+    __syncthreads();  // the local MERGE reads this tile's shared memory
+  } else if (!kFlags || t.op == kOpArgmax) {
+    signal_tile(p, t, local_merge && t.aux1 > 0 ? t.aux1 - 1 : -1);
   } else {
     __syncthreads();  // the next tile's staging reuses this one's shared memory
   }

@@ -126,9 +126,9 @@ struct Tile {
   int32_t in2_buf;  // second input (RESID residual, ATTN K_new) or -1
   int32_t in3_buf;  // third input (ATTN V_new) or -1
   int32_t out_buf;  // output buffer or -1
-  int32_t out_offset;  // element offset of row_begin in out_buf
+  int32_t out_offset;  // element offset of row_begin in out_buf; ATTN: 1 = its MERGE is this worker's next tile
   int32_t aux0;  // ATTN/MERGE kv head; LMHEAD partial slot; ARGMAX partial count
-  int32_t aux1;  // ATTN partition
+  int32_t aux1;  // ATTN partition; MERGE: 1 + the marked preceding ATTN tile's counter, or 0
   int32_t wait_begin;  // first wait record
   int32_t wait_count;  // number of wait records
   int32_t signal;  // counter incremented on completion
