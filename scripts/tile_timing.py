@@ -79,9 +79,11 @@ def op_name(op: int, weight: int, o_weights: set) -> str:
     return n
 
 
-def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0):
+def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0, handoff="counters"):
     dev = "cuda"
-    rt = TileRuntime(plan, dev, handoff="counters")  # the timing library launches the counter kernels
+    # The flag kernel reads a scratch arena with the flagged layout (every element beside its epoch): the runtime's.
+    rt = TileRuntime(plan, dev, handoff=handoff)
+    lib.tiles_timing_set_flagged(ctypes.c_int(1 if handoff == "flags" else 0))
     w = [x.contiguous() for x in model_weights(model)]
     inv, scale = rope_tables(model)
     inv = inv.to(dev).contiguous()
@@ -312,6 +314,10 @@ def main():
                     help="1 (the planner's default since session 5): partition-0 ATTN tiles off the qkv workers (v18)")
     ap.add_argument("--stream-trace", type=int, default=0,
                     help="stream stages traced per worker (kOptStream runs; 0: none): latency, hold, refill per op")
+    ap.add_argument("--handoff", choices=("counters", "flags"), default="counters",
+                    help="the kernel to time: counter hand-offs, or the flag kernel (default option set only; its "
+                         "tiles poll their inputs' data words where they read them, so 'handoff' is not measured "
+                         "and the inputs phase holds the poll)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -324,17 +330,17 @@ def main():
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
                       attn0_off_qkv=bool(args.attn0_off_qkv))
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
-              "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv,
+              "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "handoff": args.handoff,
               "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
         pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
-        T, stride, X = run(lib, model, plan, args.ctx, args.steps, opt, pf, args.stream_trace)
+        T, stride, X = run(lib, model, plan, args.ctx, args.steps, opt, pf, args.stream_trace, args.handoff)
         r = analyse(plan, T, stride)
         if X is not None:
             r["stream"] = analyse_stream(plan, X, int(os.environ.get("TILES_STREAM_STAGES", "3")))
         result["runs"][str(opt)] = r
-        print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt}: "
+        print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt} {args.handoff}: "
               f"{r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
               f"timer resolution {r['timer_resolution_ns']:.0f} ns")
         print(f"{'stage':<8}{'n/tok':>6}{'span':>8}{'sum/tok':>9}{'handoff':>9}{'work med':>9}{'work max':>9}"

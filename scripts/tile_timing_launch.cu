@@ -19,6 +19,12 @@ extern "C" void tiles_timing_set_stream_trace(unsigned long long* trace, int cap
   g_stream_trace_cap = cap;
 }
 
+// 1: launch the flag-hand-off kernel (decode_kernel_flags.cu; the scratch must have the flagged layout, as
+// TileRuntime(handoff="flags") allocates it), 0: the counter kernels.
+static int g_flagged = 0;
+
+extern "C" void tiles_timing_set_flagged(int flagged) { g_flagged = flagged; }
+
 extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words, int n_header_words,
                                 const void* const* weights, const void* const* k_cache, const void* const* v_cache,
                                 int max_cache_len, void* scratch, void* state, const int64_t* input_ids,
@@ -79,7 +85,7 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   cudaError_t e = decode_set_smem_limit(smem);
   if (e != cudaSuccess) return 1000 + static_cast<int>(e);
   const char* generic = std::getenv("TILES_GENERIC_KERNEL");  // as the op
-  e = launch_decode(p, 0, generic != nullptr && std::atoi(generic) != 0);
+  e = launch_decode(p, 0, generic != nullptr && std::atoi(generic) != 0, g_flagged != 0);
   if (e != cudaSuccess) return 2000 + static_cast<int>(e);
   e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return 3000 + static_cast<int>(e);
