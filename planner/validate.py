@@ -397,15 +397,10 @@ class _Checker:
         ATTN tile's counter."""
         c = self.cols
         if not hasattr(self, "next_tile"):
-            self.next_tile, self.prev_tile = {}, {}
-            off, wt = np.asarray(self.plan.worker_offsets).tolist(), np.asarray(self.plan.worker_tiles).tolist()
-            for w in range(self.h["num_workers"]):
-                lst = wt[off[w]:off[w + 1]]
-                self.next_tile.update(zip(lst, lst[1:]))
-                self.prev_tile.update(zip(lst[1:], lst))
+            self.next_tile = {p: t for t, p in enumerate(self.prev_tile) if p >= 0}
         if c["op"][i] == Op.MERGE:
             mark = c["aux1"][i]
-            j = self.prev_tile.get(i, -1)
+            j = self.prev_tile[i]
             if mark != 0 and not (j >= 0 and c["op"][j] == Op.ATTN and c["out_offset"][j] == 1
                                   and mark == c["signal"][j] + 1):
                 prev = self.who(j) if j >= 0 else "nothing"
@@ -506,6 +501,7 @@ class _Checker:
         """anc[i]: bitset of tiles that finish before tile i starts within a step. Raises on a cycle."""
         g = step_order(self.plan)
         self.tile_waits = g.waits
+        self.prev_tile = g.prev                  # the worker's previous tile (check_merge_next)
         if not g.complete:
             self.report_cycle(g.indeg, g.prev)
         anc = [0] * self.h["num_tiles"]          # ancestors of i, plus i itself
