@@ -53,7 +53,7 @@ import enum
 from dataclasses import dataclass
 
 MAGIC = 0x454C4954  # "TILE" little-endian
-FORMAT_VERSION = 2  # 2: header field attn_single
+FORMAT_VERSION = 3  # 2: header field attn_single; 3: MERGE-next marks (ATTN out_offset, MERGE aux1: perf log v44)
 # Bumped whenever an executor's behaviour for the same blob changes (kernel ABI).
 ABI_VERSION = 1
 

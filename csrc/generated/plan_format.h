@@ -6,7 +6,7 @@
 namespace tiles {
 
 constexpr int32_t kMagic = 0x454C4954;
-constexpr int32_t kFormatVersion = 2;
+constexpr int32_t kFormatVersion = 3;
 constexpr int32_t kAbiVersion = 1;
 constexpr int32_t kMaxSteps = 64;
 constexpr int32_t kMaxEos = 8;
