@@ -396,8 +396,6 @@ class _Checker:
         increment to its MERGE): ATTN out_offset 1 <=> its MERGE runs next on its worker, carrying aux1 = 1 + the
         ATTN tile's counter."""
         c = self.cols
-        if not hasattr(self, "next_tile"):
-            self.next_tile = {p: t for t, p in enumerate(self.prev_tile) if p >= 0}
         if c["op"][i] == Op.MERGE:
             mark = c["aux1"][i]
             j = self.prev_tile[i]
@@ -501,7 +499,8 @@ class _Checker:
         """anc[i]: bitset of tiles that finish before tile i starts within a step. Raises on a cycle."""
         g = step_order(self.plan)
         self.tile_waits = g.waits
-        self.prev_tile = g.prev                  # the worker's previous tile (check_merge_next)
+        self.prev_tile = g.prev                  # the worker's previous / next tile (check_merge_next)
+        self.next_tile = {p: t for t, p in enumerate(g.prev) if p >= 0}
         if not g.complete:
             self.report_cycle(g.indeg, g.prev)
         anc = [0] * self.h["num_tiles"]          # ancestors of i, plus i itself

@@ -83,7 +83,7 @@ def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0, handoff="count
     dev = "cuda"
     # The flag kernel reads a scratch arena with the flagged layout (every element beside its epoch): the runtime's.
     rt = TileRuntime(plan, dev, handoff=handoff)
-    lib.tiles_timing_set_flagged(ctypes.c_int(1 if handoff == "flags" else 0))
+    lib.tiles_timing_set_flagged(ctypes.c_int(int(rt.flagged)))
     w = [x.contiguous() for x in model_weights(model)]
     inv, scale = rope_tables(model)
     inv = inv.to(dev).contiguous()

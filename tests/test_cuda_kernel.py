@@ -477,30 +477,39 @@ def test_unwritten_flagged_input_raises_timeout_naming_the_reader(monkeypatch):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
 
 
+def _launch_from(model, plan, handoff, k, v, kv0, tok, pos, n):
+    """One n-token launch from the saved cache (kv0: copies of k + v): (logits, tokens, the K/V rows it wrote)."""
+    for x, x0 in zip(k + v, kv0):
+        x.copy_(x0)
+    b = Bound(model, plan, handoff=handoff)
+    l, t = b.step(k, v, tok, pos, num_steps=n)
+    check_state(b.rt.state, plan)
+    return b, (l, t, [x[:, :, pos:pos + n].clone() for x in k + v])
+
+
+def _assert_same_bits(a, b, what):
+    (la, ta, ca), (lb, tb, cb) = a, b
+    assert torch.equal(ta, tb), f"{what}: tokens {ta.tolist()} != {tb.tolist()}"
+    assert torch.equal(la.view(torch.int32), lb.view(torch.int32)), f"{what}: logits differ"
+    assert all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(ca, cb)), f"{what}: K/V differ"
+
+
 def test_flag_and_counter_handoffs_are_bit_identical():
     """The two hand-offs (runtime.py choose_handoff) move the same values: the same logits, tokens and K/V rows over
     multi-token launches, at a context inside one attention chunk and across partitions (MERGE reads its partitions'
     flagged o words). The automatic choice takes flags for this small model and counters for a wide one."""
     cfg, model, plan, ids, cache = _llama_small_bound()
     k, v = kv(cache)
-    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    kv0 = [x.clone() for x in k + v]
     tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
     out = {}
     for handoff in ("counters", "flags"):
         for pos in (pos0, 150):
-            for x, x0 in zip(k + v, k0 + v0):
-                x.copy_(x0)
-            b = Bound(model, plan, handoff=handoff)
+            b, out[handoff, pos] = _launch_from(model, plan, handoff, k, v, kv0, tok0, pos, 12)
             assert b.rt.handoff == handoff and b.rt.scratch.numel() == plan.header["scratch_bytes"] * (
                 2 if handoff == "flags" else 1)
-            l, t = b.step(k, v, tok0, pos, num_steps=12)
-            check_state(b.rt.state, plan)
-            out[handoff, pos] = (l, t, [x[:, :, pos:pos + 12].clone() for x in k + v])
     for pos in (pos0, 150):
-        (lc, tc, cc), (lf, tf, cf) = out["counters", pos], out["flags", pos]
-        assert torch.equal(tc, tf), f"pos {pos}: tokens {tc.tolist()} != {tf.tolist()}"
-        assert torch.equal(lc.view(torch.int32), lf.view(torch.int32)), f"pos {pos}: logits differ"
-        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(cc, cf))
+        _assert_same_bits(out["counters", pos], out["flags", pos], f"pos {pos}")
     assert Bound(model, plan).rt.handoff == "flags"
     wide = build_plan(tiny_config(2048, 32, 8, 64, 8192, 2), workers=_workers(), gpu=_gpu())
     assert TileRuntime(wide, DEV).handoff == "counters"
@@ -512,7 +521,7 @@ def test_merge_next_skip_is_bit_identical():
     (local MERGE, then partitions merged from the scratch): the same logits, tokens and K/V rows."""
     cfg, model, _, ids, cache = _llama_small_bound()
     k, v = kv(cache)
-    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    kv0 = [x.clone() for x in k + v]
     tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
     col = fmt.TILE.index("out_offset")
     out = {}
@@ -521,17 +530,9 @@ def test_merge_next_skip_is_bit_identical():
         attn0 = plan.tiles[(plan.tiles[:, 0] == fmt.Op.ATTN) & (plan.tiles[:, fmt.TILE.index("aux1")] == 0)]
         assert (attn0[:, col] == (1 if mark else 0)).all()
         for handoff in ("counters", "flags"):
-            for x, x0 in zip(k + v, k0 + v0):
-                x.copy_(x0)
-            b = Bound(model, plan, handoff=handoff)
-            l, t = b.step(k, v, tok0, pos0, num_steps=24)
-            check_state(b.rt.state, plan)
-            out[mark, handoff] = (l, t, [x[:, :, pos0:pos0 + 24].clone() for x in k + v])
+            _, out[mark, handoff] = _launch_from(model, plan, handoff, k, v, kv0, tok0, pos0, 24)
     for handoff in ("counters", "flags"):
-        (la, ta, ca), (lb, tb, cb) = out[True, handoff], out[False, handoff]
-        assert torch.equal(ta, tb), f"{handoff}: tokens {ta.tolist()} != {tb.tolist()}"
-        assert torch.equal(la.view(torch.int32), lb.view(torch.int32)), f"{handoff}: logits differ"
-        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(ca, cb))
+        _assert_same_bits(out[True, handoff], out[False, handoff], handoff)
 
 
 def test_flag_runtime_refuses_launches_it_cannot_run(monkeypatch):

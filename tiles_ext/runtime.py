@@ -37,8 +37,9 @@ def rope_tables(model) -> tuple[torch.Tensor, float]:
 
 
 # Flag-in-data hand-offs (csrc/cuda/flag_data.cuh, perf log v28) save ~0.5 us per dependent stage but double the
-# bytes of every stage's inputs. Measured on the H200 (perf log, session 9): SmolLM2-135M -11% (53 KB of weights per
-# worker and layer), Llama-3.2-1B +0.6-1.7% (921 KB). The threshold lies between the two measured points.
+# bytes of every stage's inputs. Measured on the H200: SmolLM2-135M -11% (53 KB of weights per worker and layer;
+# perf log, session 9), Llama-3.2-1B +9.5% (921 KB; session 13, +0.6-1.7% in session 9). The threshold lies between
+# the two measured points.
 FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER = 256 * 1024
 HANDOFFS = ("auto", "counters", "flags")
 

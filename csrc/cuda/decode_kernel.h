@@ -404,7 +404,7 @@ cudaError_t decode_default_launch(const KernelParams& p, cudaStream_t stream);
 
 // The default variant again with flag-in-data hand-offs (decode_kernel_flags.cu, TILES_FLAGS; flag_data.cuh, perf
 // log v28): no counter release / acquire per dependent stage, but every consumer reads its inputs' epoch words too.
-// It wins where hand-offs dominate (SmolLM2 -11%) and loses slightly where weight streams do (Llama-1B +0.6-1.7%),
+// It wins where hand-offs dominate (SmolLM2 -11%) and loses where weight streams do (Llama-1B +9.5% in session 13),
 // so the runtime chooses per model (tiles_ext/runtime.py choose_handoff).
 int32_t decode_flags_opt();
 cudaError_t decode_flags_set_smem_limit(int32_t bytes);
