@@ -28,6 +28,9 @@ PyObject* PyInit__C(void) {
 #ifdef TILES_WITH_CUDA
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 1);
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFF_OPT", tiles::cuda::decode_flags_opt());
+  // The attention's warp path (TILES_ATTN_WARPS, default 1): the default variants, and with them flag hand-offs,
+  // run only the shapes it takes (runtime.py attn_warps_fit).
+  if (m != nullptr) PyModule_AddIntConstant(m, "ATTN_WARPS", TILES_ATTN_WARPS);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

@@ -183,6 +183,59 @@ def test_cuda_matches_cpu_executor(params):
     assert kd <= 2e-2
 
 
+@pytest.mark.skipif(not _cpu_op_available(), reason="CPU reference executor not built")
+@pytest.mark.parametrize("params", [TINY[1], TINY[2]], ids=["warp-path-G3-hd64", "five-step-hd128"])
+def test_long_context_attention_matches_cpu_executor(params):
+    """Several K/V chunks per partition, a short last chunk and the new row in a later chunk: TINY[1]'s shape runs the
+    attention's warp path (each warp owns 8 positions of a chunk, the warps' states combined once per tile; perf log
+    v45), TINY[2]'s (head_dim 128) the five-step chunk loop on the runtime-options kernel. Both agree with the CPU
+    reference executor within fp32 accumulation-order noise, over 8 steps from position 700."""
+    h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
+    cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
+    model = tiny_model(cfg, seed=layers).to(DEV)
+    kwargs = dict(attn_partitions=2, attn_single=0)  # partitions of ~350 positions: three chunks at hd 64
+    plan = build_plan(cfg, workers=7, gpu=_gpu(), **kwargs)
+    plan_any = build_plan(cfg, workers=7, **kwargs)
+    ctx = 700
+    g = torch.Generator().manual_seed(11)
+    shp = (1, nkv, ctx + 16, hd)
+    kg = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
+    vg = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
+    kc, vc = [t.cpu().clone() for t in kg], [t.cpu().clone() for t in vg]
+    bg, bc = Bound(model, plan), Bound(model, plan_any, device="cpu")
+    og, oc = [], []
+    for i in range(8):
+        og.append(bg.step(kg, vg, 5 + i, ctx + i)[0][0].cpu())
+        oc.append(bc.step(kc, vc, 5 + i, ctx + i)[0][0])
+    check_state(bg.rt.state, plan)
+    d = rel_err(torch.stack(og), torch.stack(oc))
+    kd = max(rel_err(a.cpu().float(), b.float()) for a, b in zip(kg, kc))
+    print(f"{'warp path' if hd == 64 else 'five-step'}: cuda-vs-cpu {d:.2e}, cache {kd:.2e}")
+    assert d <= 1e-2, f"CUDA vs CPU logits differ by {d:.2e} at {ctx} positions"
+    assert kd <= 2e-2
+
+
+def test_flag_handoffs_refuse_shapes_outside_the_warp_path():
+    """The default kernel variant compiles only the attention's warp path (G <= 4, head_dim 64), and flag hand-offs
+    run on it only: a G 8 model gets counters (on the runtime-options kernel) however small it is, an explicit
+    'flags' is refused by name, and the op refuses a flagged arena for it rather than launch a kernel without its
+    attention."""
+    cfg, model, plan = _tiny(TINY[3])  # 8 heads over 1 KV head
+    assert Bound(model, plan).rt.handoff == "counters"
+    with pytest.raises(ValueError, match="G <= 4 query heads per KV head"):
+        Bound(model, plan, handoff="flags")
+    g = torch.Generator().manual_seed(3)
+    shp = (1, 1, 64, cfg.head_dim)
+    k = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(cfg.num_hidden_layers)]
+    v = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(cfg.num_hidden_layers)]
+    b = Bound(model, plan)
+    b.step(k, v, 3, 20)  # counters: runs
+    torch.cuda.synchronize()
+    b.rt.scratch = torch.zeros(2 * plan.header["scratch_bytes"], dtype=torch.uint8, device=DEV)  # a flagged arena
+    with pytest.raises(RuntimeError, match="default kernel variant.*8 heads over 1 KV heads"):
+        b.step(k, v, 3, 21)
+
+
 def _llama_small_bound(steps_cache=256):
     params = TINY[1]
     cfg, model, plan = _tiny(params)

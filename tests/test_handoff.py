@@ -20,7 +20,8 @@ CUDA = torch.device("cuda")  # a device object only: nothing runs on it here
 @pytest.fixture
 def cuda_build(monkeypatch):
     """A CUDA build's constants (FLAG_HANDOFFS, FLAG_HANDOFF_OPT: csrc/tiles_op.cpp) on this CPU machine."""
-    monkeypatch.setattr(runtime, "_kernel_constants", lambda: {"flags": True, "flag_opt": 25183})
+    monkeypatch.setattr(runtime, "_kernel_constants",
+                        lambda: {"flags": True, "flag_opt": 25183, "attn_warps": True})
     for var in ("TILES_HANDOFF", "TILES_KERNEL_OPT", "TILES_GENERIC_KERNEL", "TILES_PREFETCH_BYTES"):
         monkeypatch.delenv(var, raising=False)
 
@@ -80,3 +81,35 @@ def test_cpu_runtime_arena_is_the_plans(monkeypatch):
     assert rt.scratch.numel() == plan.header["scratch_bytes"]
     with pytest.raises(ValueError, match="CPU reference executor"):
         runtime.TileRuntime(plan, "cpu", handoff="flags")
+
+
+def _shape_header(heads, kv, hd, hidden=512):
+    return {"num_heads": heads, "num_kv_heads": kv, "head_dim": hd, "hidden": hidden, "intermediate": 2 * hidden,
+            "num_workers": 132}
+
+
+def test_attn_warps_fit_takes_the_two_embedded_models_and_refuses_other_shapes():
+    """The kernel's attention warp path (decode_kernel.h attn_warps_fit, perf log v45): G <= 4 query heads per KV
+    head and head_dim 64 (8 positions per warp in a chunk of 128)."""
+    assert runtime.attn_warps_fit(_header("llama-3.2-1b"))   # G 4, hd 64
+    assert runtime.attn_warps_fit(_header("smollm2-135m"))   # G 3, hd 64
+    assert runtime.attn_warps_fit(_shape_header(6, 6, 64))   # G 1
+    assert not runtime.attn_warps_fit(_shape_header(8, 1, 64))   # G 8: 64 (position, head) pairs per warp
+    assert not runtime.attn_warps_fit(_shape_header(8, 2, 128))  # hd 128: chunks of 64 positions
+    assert not runtime.attn_warps_fit(_shape_header(4, 2, 32))   # hd 32: chunks of 256 positions
+    assert not runtime.attn_warps_fit(_shape_header(6, 4, 64))   # heads not a multiple of the KV heads
+
+
+def test_flags_need_the_warp_path_shape(cuda_build, monkeypatch):
+    """Flag hand-offs run on the default kernel variant only, which compiles only the attention's warp path: 'auto'
+    binds counters for other shapes however small, and 'flags' says why it cannot."""
+    tiny_g8 = _shape_header(8, 1, 64)
+    assert runtime.layer_bytes_per_worker(tiny_g8) < runtime.FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER
+    assert runtime.choose_handoff(_shape_header(6, 2, 64), CUDA) == "flags"
+    assert runtime.choose_handoff(tiny_g8, CUDA) == "counters"
+    with pytest.raises(ValueError, match="G <= 4 query heads per KV head and head_dim 64.*8 heads over 1 KV heads"):
+        runtime.choose_handoff(tiny_g8, CUDA, "flags")
+    # A build without the warp path (TILES_ATTN_WARPS=0) runs every shape on its default variant.
+    monkeypatch.setattr(runtime, "_kernel_constants",
+                        lambda: {"flags": True, "flag_opt": 25183, "attn_warps": False})
+    assert runtime.choose_handoff(tiny_g8, CUDA) == "flags"

@@ -15,6 +15,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#if defined(TILES_ATTN_PROFILE)
+#include <stdio.h>  // the ATTN profile's printf (timing builds only)
+#endif
 
 #include "cuda/decode_kernel.h"
 
@@ -38,6 +41,26 @@ __shared__ unsigned long long* g_tile_times;
 #else
 #define TILES_MARK(i) \
   do {                \
+  } while (0)
+#endif
+
+// TILES_ATTN_PROFILE (timing builds only, through TILES_TIMING_DEFINES): thread 0 of an ATTN tile adds the clock64
+// cycles of each step of its chunk loop (block-wide: every step ends at a barrier) and prints them for the last
+// layer's tiles of a few workers: where a chunk's time goes at long context (perf log, session 14).
+#if defined(TILES_ATTN_PROFILE) && TILES_TILE_TIMING
+#define ATTN_PROF_DECL unsigned long long prof_[8] = {0, 0, 0, 0, 0, 0, 0, 0}, prof_t_ = clock64();
+#define ATTN_PROF(k)                                \
+  do {                                              \
+    if (threadIdx.x == 0) {                         \
+      const unsigned long long n_ = clock64();      \
+      prof_[(k)] += n_ - prof_t_;                   \
+      prof_t_ = n_;                                 \
+    }                                               \
+  } while (0)
+#else
+#define ATTN_PROF_DECL
+#define ATTN_PROF(k) \
+  do {               \
   } while (0)
 #endif
 
@@ -1772,8 +1795,9 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
 // says its MERGE runs next on this worker (out_offset 1), which then merges locally (kOptLocalMerge) and adds this
 // tile's counter increment after its own release (a release here would wait for the partials' stores, and the
 // MERGE's release for this increment: call 1 of session 13).
-__device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L,
-                          bool prestaged, uint32_t epoch) {
+template <bool kWarpPath>
+__device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem,
+                                               const SmemLayout& L, bool prestaged, uint32_t epoch) {
   const int hd = p.h.head_dim, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
   const int kvh = t.aux0, part = t.aux1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1786,6 +1810,7 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   uint16_t* kb = reinterpret_cast<uint16_t*>(smem + L.kbuf);
   uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
   const int kstride = hd + 8;
+  ATTN_PROF_DECL
 
   int32_t lo, hi;
   attn_partition_range(static_cast<int32_t>(pos + 1), part, P, p.h.attn_granule, p.h.attn_single, &lo, &hi);
@@ -1857,6 +1882,7 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   }
   __syncthreads();
   if (lo >= hi) TILES_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
+  ATTN_PROF(0);
 
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
@@ -1879,6 +1905,25 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
 #pragma unroll
   for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = 0.f;
 #endif
+#if TILES_ATTN_WARPS
+#if TILES_ATTN_MMA
+#error "TILES_ATTN_WARPS and TILES_ATTN_MMA are two versions of the same loop: build one (TILES_ATTN_WARPS=0)"
+#endif
+  // The warp path (perf log v45): each warp owns 8 positions of every chunk, end to end on the CUDA cores. Lane
+  // (position sj = lane / 4, head sg = lane % 4) scores one position for one head; the warp's online softmax runs in
+  // registers (three shuffles per reduction); lane (head og, dims od0 .. od0 + 7) accumulates o from the staged V
+  // rows. Two block barriers per chunk (rows landed, buffer free) instead of five, and the warps' (m, l, o) are
+  // combined once per tile. The chunk loop's five steps took ~4.3 us per 128 positions at 16K (timing build,
+  // TILES_ATTN_PROFILE: scores 1.0, softmax 0.8, o partials 1.4, combine 0.6 us) against ~1.1 us of bytes.
+  // Shapes: G <= 4, G * hd <= 256 (one lane per 8 dims of o), 8 positions per warp (Llama-3.2-1B, SmolLM2).
+  constexpr bool warp_ok = kWarpPath;  // attn_warps_fit (decode_kernel.h): attn_tile picks the instantiation
+  const int sj = lane >> 2, sg = lane & 3;                     // scores layout
+  const int og = lane / (hd / 8), od0 = (lane - og * (hd / 8)) * 8;  // o layout (og >= G: idle lane)
+  float wm = -INFINITY, wl = 0.f;  // this warp's running max and sum for head sg
+  float wo[8];                     // its o for head og, dims od0 ..
+#pragma unroll
+  for (int k = 0; k < 8; ++k) wo[k] = 0.f;
+#endif
   const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
   // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
   // for. Every row is final here: rows < pos before the step, row pos after the barrier above (in the cache, and in
@@ -1895,6 +1940,7 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       const int n0 = c0 + L.chunk;
       if (n0 < hi) {
         attn_issue_chunk(kc, vc, n0, hi - n0 < L.chunk ? hi - n0 : L.chunk, hd, kb + kv_delta, vb + kv_delta);
+        ATTN_PROF(1);
         cp_async_wait_but_last();  // this chunk's rows (this thread's); the barrier below publishes everyone's
       } else {
         cp_async_wait_all();
@@ -1911,6 +1957,63 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     }
     __syncthreads();
     if (c0 == lo) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row and the first chunk's K/V rows
+    ATTN_PROF(2);
+#if TILES_ATTN_WARPS
+    if (warp_ok) {
+      const int p0 = warp * 8;
+      const int nv = cn - p0 < 8 ? cn - p0 : 8;  // this warp's positions in the chunk (warp-uniform)
+      if (nv > 0) {
+        float sv = -INFINITY;
+        if (sj < nv && sg < G) {
+          const uint4* kr = reinterpret_cast<const uint4*>(kb + (p0 + sj) * kstride);
+          const float4* qg = reinterpret_cast<const float4*>(qf + sg * (hd + 4));
+          float acc0 = 0.f, acc1 = 0.f;
+#pragma unroll 4
+          for (int c = 0; c < cpr; ++c) {
+            const uint4 k8 = kr[c];
+            const float4 qa = qg[2 * c], qb = qg[2 * c + 1];
+            acc0 = fmaf(qa.x, __uint_as_float(k8.x << 16), acc0);
+            acc1 = fmaf(qb.x, __uint_as_float(k8.z << 16), acc1);
+            acc0 = fmaf(qa.y, __uint_as_float(k8.x & 0xffff0000u), acc0);
+            acc1 = fmaf(qb.y, __uint_as_float(k8.z & 0xffff0000u), acc1);
+            acc0 = fmaf(qa.z, __uint_as_float(k8.y << 16), acc0);
+            acc1 = fmaf(qb.z, __uint_as_float(k8.w << 16), acc1);
+            acc0 = fmaf(qa.w, __uint_as_float(k8.y & 0xffff0000u), acc0);
+            acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
+          }
+          sv = (acc0 + acc1) * scale;
+        }
+        // Head sg's positions sit in lanes sg, sg + 4, ..., sg + 28.
+        float mx = fmaxf(sv, __shfl_xor_sync(0xffffffffu, sv, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float mn = fmaxf(wm, mx);  // finite for a live head: the warp's first position is in the chunk
+        const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
+        const float e = sv == -INFINITY ? 0.f : expf(sv - mn);
+        float ls = e + __shfl_xor_sync(0xffffffffu, e, 4);
+        ls += __shfl_xor_sync(0xffffffffu, ls, 8);
+        ls += __shfl_xor_sync(0xffffffffu, ls, 16);
+        wl = wl * alpha + ls;
+        wm = mn;
+        const int src = og & 3;  // lane og holds head og's alpha (scores layout, position 0)
+        const float oa = __shfl_sync(0xffffffffu, alpha, src);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) wo[k] *= oa;
+        for (int jj = 0; jj < nv; ++jj) {
+          const float pj = __shfl_sync(0xffffffffu, e, jj * 4 + src);
+          const uint4 v8 = *reinterpret_cast<const uint4*>(vb + (p0 + jj) * attn_vstride(hd) + od0);
+          const uint32_t vw[4] = {v8.x, v8.y, v8.z, v8.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            wo[2 * k] = fmaf(pj, __uint_as_float(vw[k] << 16), wo[2 * k]);
+            wo[2 * k + 1] = fmaf(pj, __uint_as_float(vw[k] & 0xffff0000u), wo[2 * k + 1]);
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
+      ATTN_PROF(3);
+    } else {
+#endif
 #if TILES_ATTN_MMA == 2
     if (warp_ok) {
       const int p0 = warp * 8;
@@ -1992,6 +2095,7 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       sc[g * scs + j] = (acc0 + acc1) * scale;
     }
     __syncthreads();
+    ATTN_PROF(3);
     // Online softmax update: warp g owns head g.
     if (warp < G) {
       const int g = warp;
@@ -2016,6 +2120,7 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       }
     }
     __syncthreads();
+    ATTN_PROF(4);
     // o partials: thread (split, g, 8 dims) sums positions split, split + splits, ... with one 16-byte V read per
     // position into eight accumulators (one per dim), stored in a fixed order. Per-element 2-byte reads cost 8x the
     // shared-memory wavefronts (perf log v29: the attention -9% at 16K positions).
@@ -2077,6 +2182,7 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       }
     }
     __syncthreads();
+    ATTN_PROF(5);
     for (int i = tid; i < G * hd; i += kThreads) {
       const int g = i / hd;
       float acc = of[i] * ml[2 * G + g];
@@ -2084,7 +2190,8 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       of[i] = acc;
     }
     __syncthreads();
-#if TILES_ATTN_MMA == 2
+    ATTN_PROF(6);
+#if TILES_ATTN_MMA == 2 || TILES_ATTN_WARPS
     }
 #endif
     if (kv_delta != 0) {  // the buffer just read receives chunk c+2
@@ -2093,6 +2200,48 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
       kv_delta = -kv_delta;
     }
   }
+#if TILES_ATTN_WARPS
+  if (warp_ok) {
+    // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
+    // runs) into of / ml, the layout MERGE and the partial's store read. Warps past the first chunk's span never
+    // held a position (their m is -inf): the combine stops before them.
+    const int span0 = hi - lo < L.chunk ? hi - lo : L.chunk;
+    const int wused = span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
+    if (warp < wused) {
+      if (og < G) {
+        float4* op = reinterpret_cast<float4*>(opart + (warp * G + og) * hd + od0);
+        op[0] = make_float4(wo[0], wo[1], wo[2], wo[3]);
+        op[1] = make_float4(wo[4], wo[5], wo[6], wo[7]);
+      }
+      if (sj == 0 && sg < G) {
+        sc[(warp * G + sg) * 2] = wm;
+        sc[(warp * G + sg) * 2 + 1] = wl;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < G * hd; i += kThreads) {
+      const int g = i / hd;
+      float M = -INFINITY;
+      for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
+      float Ls = 0.f, O = 0.f;
+      for (int w = 0; w < wused && M != -INFINITY; ++w) {
+        const float mw = sc[(w * G + g) * 2];
+        if (mw != -INFINITY) {
+          const float f = expf(mw - M);
+          Ls += f * sc[(w * G + g) * 2 + 1];
+          O += f * opart[(w * G + g) * hd + (i - g * hd)];
+        }
+      }
+      of[i] = O;
+      if (i - g * hd == 0) {
+        ml[g] = M;
+        ml[G + g] = Ls;
+      }
+    }
+    __syncthreads();
+    ATTN_PROF(6);
+  }
+#endif
 #if TILES_ATTN_MMA == 2
   if (warp_ok) {
     // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
@@ -2138,6 +2287,12 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
   }
 #endif
   TILES_MARK(kTimePhase2);
+#if defined(TILES_ATTN_PROFILE) && TILES_TILE_TIMING
+  if (threadIdx.x == 0 && t.layer == p.h.num_layers - 1 && (blockIdx.x % 33) == 0)
+    printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu scores %llu softmax %llu "
+           "opart %llu combine %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1], prof_[2],
+           prof_[3], prof_[4], prof_[5], prof_[6]);
+#endif
   if ((OPT(p) & kOptLocalMerge) && t.out_offset == 1 && part == 0 && hi >= pos + 1) return true;
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
   for (int i = tid; i < G * (hd + 2); i += kThreads) {
@@ -2146,6 +2301,22 @@ __device__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uin
     put_f32(out, base + k, k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]), epoch);
   }
   return false;
+}
+
+// `prestaged`: attn_prestage ran before the wait; true when the tile kept its (m, l, o) in shared memory only (v44).
+// The default variants compile the warp path alone: inlined beside it, the five-step loop's ~1000 instructions cost
+// Llama-1B +24% per token, and out of line (its Tile and layout passed through the stack) 320 bytes of stack and
+// 72 / 120 bytes of spills in the kernel (perf log v45). launch_decode runs a shape the warp path does not take
+// (attn_warps_fit) on the runtime-options kernel, which has both and picks by shape: the same bits as the default
+// variant for every shape that runs there.
+__device__ __forceinline__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem,
+                                          const SmemLayout& L, bool prestaged, uint32_t epoch) {
+#if TILES_ATTN_WARPS && defined(TILES_DEFAULT_VARIANT)
+  return attn_tile_body<true>(p, t, pos, smem, L, prestaged, epoch);
+#else
+  if (attn_warps_fit(p.h)) return attn_tile_body<true>(p, t, pos, smem, L, prestaged, epoch);
+  return attn_tile_body<false>(p, t, pos, smem, L, prestaged, epoch);
+#endif
 }
 
 // Out of line (scalar arguments, so nothing of the caller's goes to the stack): at short context LocalMerge runs
@@ -2953,11 +3124,12 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool gener
   // Flag hand-offs exist in the default variant only (decode_kernel_flags.cu); the op refuses any other request
   // with a message before it gets here.
   if (flagged)
-    return p.opt == decode_flags_opt() && !generic && p.prefetch_bytes <= 0 ? decode_flags_launch(p, stream)
-                                                                             : cudaErrorInvalidValue;
+    return p.opt == decode_flags_opt() && !generic && p.prefetch_bytes <= 0 && default_variant_fits(p.h)
+               ? decode_flags_launch(p, stream)
+               : cudaErrorInvalidValue;
   // The default variant has no L2-prefetch code (prefetch_tile): a prefetch asked for by TILES_PREFETCH_BYTES runs
   // on the runtime-options kernel.
-  if (p.opt == decode_default_opt() && !generic && p.prefetch_bytes <= 0)
+  if (p.opt == decode_default_opt() && !generic && p.prefetch_bytes <= 0 && default_variant_fits(p.h))
     return decode_default_launch(p, stream);
   if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
   if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);

@@ -15,6 +15,17 @@ namespace cuda {
 #define TILES_TILE_TIMING 0
 #endif
 
+// The attention's warp path (perf log v45): each warp owns 8 positions of every K/V chunk end to end. On by default;
+// TILES_ATTN_WARPS=0 (a build knob, setup.py) compiles the five-step chunk loop everywhere, for A/B measurements. The
+// tensor-core experiment (TILES_ATTN_MMA) replaces the same loop, so it builds without the warp path.
+#ifndef TILES_ATTN_WARPS
+#if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
+#define TILES_ATTN_WARPS 0
+#else
+#define TILES_ATTN_WARPS 1
+#endif
+#endif
+
 constexpr int kThreads = 512;          // threads per worker block (16 warps)
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxLayers = 64;         // bounds the by-value pointer tables below (kernel params up to 32 KB)
@@ -392,6 +403,20 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks);
 // (decode_default_launch, below) unless `generic` (TILES_GENERIC_KERNEL=1: same bits, for A/B measurements).
 // `flagged`: the scratch arena has the flagged layout (every element with its epoch, twice the plan's bytes), and
 // hand-offs go by flag-in-data words: only the default option set runs so (decode_flags_launch).
+// The attention's warp path takes G <= 4 query heads per KV head, G * head_dim <= 256 (one lane per 8 dims of o, and
+// room for the 16 warps' states where the o partials go) and 8 positions per warp in a chunk (head_dim 64): Llama-3.2-1B
+// (G 4) and SmolLM2 (G 3). Other shapes run the five-step chunk loop. tiles_ext/runtime.py attn_warps_fit mirrors it.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr bool attn_warps_fit(const Header& h) {
+  return TILES_ATTN_WARPS && h.num_kv_heads > 0 && h.num_heads % h.num_kv_heads == 0 &&
+         h.num_heads / h.num_kv_heads <= 4 && h.head_dim % 8 == 0 && h.num_heads / h.num_kv_heads * h.head_dim <= 256 &&
+         kAttnChunkElems / h.head_dim == 8 * kWarps;
+}
+// Whether the default variants (decode_kernel_default.cu, decode_kernel_flags.cu) run this model's plan: they compile
+// the warp path alone (launch_decode runs other shapes on the runtime-options kernel; flag hand-offs refuse them).
+inline bool default_variant_fits(const Header& h) { return !TILES_ATTN_WARPS || attn_warps_fit(h); }
 cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool generic = false, bool flagged = false);
 
 // The same kernel compiled with the default option set as constants (decode_kernel_default.cu): dead option code
