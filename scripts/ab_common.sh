@@ -4,6 +4,7 @@
 #   ab TAG [OPTS] [ROUNDS]      opt_ab of the option sets OPTS (default 25183) at Llama-1B ctx 32 / 4064 and
 #                               SmolLM2 ctx 32, ROUNDS rounds (default 2), lines prefixed with TAG; its JSON is kept
 #                               as $OUT/opt_ab-TAG.json
+#   abx TAG                     opt_ab at long context too ($AB_MODELS; Llama-1B 32 / 4064 / 16000, SmolLM2 32)
 #   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
 AB_T0=$(date +%s)
@@ -18,6 +19,12 @@ ab() {
   timeout 150 python3 scripts/opt_ab.py --rounds "${3:-2}" --opts "${2:-25183}" \
     --models "llama-3.2-1b:32,4064;smollm2-135m:32" 2>&1 | grep -v Warning | grep "round\|rror" \
     | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1//"
+  mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
+}
+abx() {  # abx TAG: like ab, over $AB_MODELS (default Llama-1B ctx 32 / 4064 / 16000, SmolLM2 ctx 32), 16512 cache rows
+  timeout "${AB_TIMEOUT:-200}" python3 scripts/opt_ab.py --rounds 2 --max-cache 16512 --opts 25183 \
+    --models "${AB_MODELS:-llama-3.2-1b:32,4064,16000;smollm2-135m:32}" 2>&1 | grep -v Warning | grep "round\|rror" \
+    | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
   mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
 }
 ab_base_in() {

@@ -5,17 +5,11 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ab_common.sh
-MODELS="llama-3.2-1b:32,4064,16000;smollm2-135m:32"
-abm() {
-  timeout 200 python3 scripts/opt_ab.py --rounds 2 --max-cache 16512 --opts 25183 --models "$MODELS" 2>&1 \
-    | grep -v Warning | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
-  mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
-}
 build base
-abm base
+abx base
 build warps TILES_ATTN_WARPS=1
 timeout 150 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -4 | tee $OUT/gputests-warps.txt
-abm warps
+abx warps
 TILES_TIMING_DEFINES="-DTILES_ATTN_WARPS=1 -DTILES_ATTN_PROFILE" timeout 120 python3 scripts/tile_timing.py \
   --model llama-3.2-1b --ctx 16384 --steps 2 --opts 25183 > $OUT/prof-warps-16384.txt 2>&1
 grep ATTNPROF $OUT/prof-warps-16384.txt | head -4

@@ -6,15 +6,9 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ab_common.sh
-MODELS="llama-3.2-1b:32,4064,16000;smollm2-135m:32"
-abm() {
-  timeout 120 python3 scripts/opt_ab.py --rounds 2 --max-cache 16512 --opts 25183 --models "$MODELS" 2>&1 \
-    | grep -v Warning | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
-  mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
-}
 build base
-abm base
+abx base
 build unroll TILES_ATTN_WARPS_UNROLL=1
-abm unroll
+abx unroll
 timeout 80 python3 -m pytest -q tests/test_cuda_kernel.py 2>&1 | grep -v "Warning\|warnings.warn" | tail -4 | tee $OUT/gputests-unroll.txt
 echo "=== done t=$(( $(date +%s) - AB_T0 ))"

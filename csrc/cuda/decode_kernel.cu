@@ -1790,6 +1790,32 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
   cp_async_commit();
 }
 
+// The warp-owned attention paths (the warp path, v45; TILES_ATTN_MMA=2, v31): the first `wused` warps' states,
+// (m, l) in sc [warp][G][2] and o in opart [warp][G][hd], combined by log-sum-exp in warp order (fixed: bit-identical
+// runs) into of / ml, the layout MERGE and the partials' store read. A warp whose m is -inf held no position.
+__device__ __forceinline__ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int wused,
+                                                   float* of, float* ml) {
+  for (int i = threadIdx.x; i < G * hd; i += kThreads) {
+    const int g = i / hd;
+    float M = -INFINITY;
+    for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
+    float Ls = 0.f, O = 0.f;
+    for (int w = 0; w < wused && M != -INFINITY; ++w) {
+      const float mw = sc[(w * G + g) * 2];
+      if (mw != -INFINITY) {
+        const float f = expf(mw - M);
+        Ls += f * sc[(w * G + g) * 2 + 1];
+        O += f * opart[(w * G + g) * hd + (i - g * hd)];
+      }
+    }
+    of[i] = O;
+    if (i - g * hd == 0) {
+      ml[g] = M;
+      ml[G + g] = Ls;
+    }
+  }
+}
+
 // `prestaged`: attn_prestage ran before the wait (RoPE tables ready, chunk 1 rows < pos in flight by cp.async).
 // True when the tile kept its (m, l, o) in shared memory only (v44): partition 0 holds every position and the plan
 // says its MERGE runs next on this worker (out_offset 1), which then merges locally (kOptLocalMerge) and adds this
@@ -2225,25 +2251,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       }
     }
     __syncthreads();
-    for (int i = tid; i < G * hd; i += kThreads) {
-      const int g = i / hd;
-      float M = -INFINITY;
-      for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
-      float Ls = 0.f, O = 0.f;
-      for (int w = 0; w < wused && M != -INFINITY; ++w) {
-        const float mw = sc[(w * G + g) * 2];
-        if (mw != -INFINITY) {
-          const float f = expf(mw - M);
-          Ls += f * sc[(w * G + g) * 2 + 1];
-          O += f * opart[(w * G + g) * hd + (i - g * hd)];
-        }
-      }
-      of[i] = O;
-      if (i - g * hd == 0) {
-        ml[g] = M;
-        ml[G + g] = Ls;
-      }
-    }
+    attn_combine_warps(sc, opart, G, hd, wused, of, ml);
     __syncthreads();
     ATTN_PROF(6);
   }
@@ -2270,25 +2278,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       }
     }
     __syncthreads();
-    for (int i = tid; i < G * hd; i += kThreads) {
-      const int g = i / hd;
-      float M = -INFINITY;
-      for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
-      float Ls = 0.f, O = 0.f;
-      for (int w = 0; w < wused && M != -INFINITY; ++w) {
-        const float mw = sc[(w * G + g) * 2];
-        if (mw != -INFINITY) {
-          const float f = expf(mw - M);
-          Ls += f * sc[(w * G + g) * 2 + 1];
-          O += f * opart[(w * G + g) * hd + (i - g * hd)];
-        }
-      }
-      of[i] = O;
-      if (i - g * hd == 0) {
-        ml[g] = M;
-        ml[G + g] = Ls;
-      }
-    }
+    attn_combine_warps(sc, opart, G, hd, wused, of, ml);
     __syncthreads();
   }
 #endif
