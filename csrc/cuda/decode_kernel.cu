@@ -1790,6 +1790,19 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
   cp_async_commit();
 }
 
+// Elements c*8 .. c*8+7 of a score q . k: the (low, high) bf16 halves of k8.x, .y against qa into acc0 and of
+// k8.z, .w against qb into acc1 (two accumulators: half the dependent FMA chain). Both attention loops use it.
+__device__ __forceinline__ void qk_piece(const uint4 k8, const float4 qa, const float4 qb, float& acc0, float& acc1) {
+  acc0 = fmaf(qa.x, __uint_as_float(k8.x << 16), acc0);
+  acc1 = fmaf(qb.x, __uint_as_float(k8.z << 16), acc1);
+  acc0 = fmaf(qa.y, __uint_as_float(k8.x & 0xffff0000u), acc0);
+  acc1 = fmaf(qb.y, __uint_as_float(k8.z & 0xffff0000u), acc1);
+  acc0 = fmaf(qa.z, __uint_as_float(k8.y << 16), acc0);
+  acc1 = fmaf(qb.z, __uint_as_float(k8.w << 16), acc1);
+  acc0 = fmaf(qa.w, __uint_as_float(k8.y & 0xffff0000u), acc0);
+  acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
+}
+
 // The warp-owned attention paths (the warp path, v45; TILES_ATTN_MMA=2, v31): the first `wused` warps' states,
 // (m, l) in sc [warp][G][2] and o in opart [warp][G][hd], combined by log-sum-exp in warp order (fixed: bit-identical
 // runs) into of / ml, the layout MERGE and the partials' store read. A warp whose m is -inf held no position.
@@ -1998,16 +2011,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
           // -0.3%, SmolLM2 -0.9%, ctx 4064 +0.5% against a loop of 4 per pass).
 #pragma unroll
           for (int c = 0; c < 8; ++c) {
-            const uint4 k8 = kr[c];
-            const float4 qa = qg[2 * c], qb = qg[2 * c + 1];
-            acc0 = fmaf(qa.x, __uint_as_float(k8.x << 16), acc0);
-            acc1 = fmaf(qb.x, __uint_as_float(k8.z << 16), acc1);
-            acc0 = fmaf(qa.y, __uint_as_float(k8.x & 0xffff0000u), acc0);
-            acc1 = fmaf(qb.y, __uint_as_float(k8.z & 0xffff0000u), acc1);
-            acc0 = fmaf(qa.z, __uint_as_float(k8.y << 16), acc0);
-            acc1 = fmaf(qb.z, __uint_as_float(k8.w << 16), acc1);
-            acc0 = fmaf(qa.w, __uint_as_float(k8.y & 0xffff0000u), acc0);
-            acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
+            qk_piece(kr[c], qg[2 * c], qg[2 * c + 1], acc0, acc1);
           }
           sv = (acc0 + acc1) * scale;
         }
@@ -2112,17 +2116,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       // Two accumulators (elements 0-3 and 4-7 of each 8): half the dependent FMA chain.
       float acc0 = 0.f, acc1 = 0.f;
       for (int c = 0; c < cpr; ++c) {
-        const uint4 k8 = kr[c];
-        const float4 qa = qg[2 * c], qb = qg[2 * c + 1];
-        // Elements c*8 .. c*8+7: (low, high) bf16 halves of k8.x, .y (acc0) and k8.z, .w (acc1).
-        acc0 = fmaf(qa.x, __uint_as_float(k8.x << 16), acc0);
-        acc1 = fmaf(qb.x, __uint_as_float(k8.z << 16), acc1);
-        acc0 = fmaf(qa.y, __uint_as_float(k8.x & 0xffff0000u), acc0);
-        acc1 = fmaf(qb.y, __uint_as_float(k8.z & 0xffff0000u), acc1);
-        acc0 = fmaf(qa.z, __uint_as_float(k8.y << 16), acc0);
-        acc1 = fmaf(qb.z, __uint_as_float(k8.w << 16), acc1);
-        acc0 = fmaf(qa.w, __uint_as_float(k8.y & 0xffff0000u), acc0);
-        acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
+        qk_piece(kr[c], qg[2 * c], qg[2 * c + 1], acc0, acc1);
       }
       sc[g * scs + j] = (acc0 + acc1) * scale;
     }
