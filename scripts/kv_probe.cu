@@ -3,6 +3,7 @@
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a scripts/kv_probe.cu -o /tmp/kv_probe
 //   /tmp/kv_probe            (prints one line per configuration)
+//   KV_PROBE_TRACE=1 /tmp/kv_probe   (only the traced TMA runs: when each chunk lands while the block works)
 //
 // The layout is the decode kernel's: per layer K and V caches [kv_heads][max_len][head_dim] bf16, partition p of a
 // head holds positions [p * ctx / P, (p + 1) * ctx / P) rounded to 32, read in chunks of 128 rows (16 KB of K and
@@ -17,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <vector>
 
@@ -35,7 +37,10 @@ constexpr int kKStride = kHd + 8;  // padded row (elements), as the kernel's kbu
 struct Cfg {
   int method, depth, rotate, work_ns, ctx, max_len;
   int work_kind;  // 0: spin on %globaltimer, 1: spin on clock64, 2: a dependent FMA chain, 3: clock64 on 4 warps
+  int trace;      // method 1: per chunk of the last layer, when it landed (warp 15's lane 0 polls the mbarriers of
+                  // the chunks in flight instead of spinning) and when the block started on it (ns from the layer start)
 };
+constexpr int kTraceChunks = 16;
 
 __device__ __forceinline__ uint32_t sa(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp16(void* d, const void* s) {
@@ -57,6 +62,15 @@ __device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
       "{\n\t.reg .pred p;\n\tW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra W;\n\t}" ::"r"(sa(b)),
       "r"(parity)
       : "memory");
+}
+__device__ __forceinline__ bool bar_test(uint64_t* b, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(ok)
+      : "r"(sa(b)), "r"(parity)
+      : "memory");
+  return ok != 0;
 }
 __device__ __forceinline__ void bulk(void* d, const void* s, uint32_t n, uint64_t* b) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(d)),
@@ -108,7 +122,8 @@ __device__ void issue(const Cfg& c, const uint16_t* kc, const uint16_t* vc, int 
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
-    kv_kernel(const uint16_t* kcache, const uint16_t* vcache, Cfg c, unsigned* arrive, float* sink) {
+    kv_kernel(const uint16_t* kcache, const uint16_t* vcache, Cfg c, unsigned* arrive, float* sink,
+              unsigned long long* trace) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
   if (threadIdx.x == 0)
     for (int i = 0; i < c.depth; ++i) bar_init(bars + i, 1);
@@ -122,6 +137,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nch = (hi - lo + kChunk - 1) / kChunk;
   float acc = 0.f;
   for (int l = 0; l < kLayers; ++l) {
+    const uint64_t t_layer = now_ns();
+    const bool traced = c.trace && c.method == 1 && l == kLayers - 1 && nch <= kTraceChunks;
+    unsigned long long* tr = trace + size_t(b) * kTraceChunks * 2;  // [chunk][landed, started]
     if (tile) {
       const size_t layer_off = size_t(l) * kHeads * c.max_len * kHd;
       const uint16_t* kc = kcache + layer_off + size_t(kvh) * c.max_len * kHd;
@@ -132,6 +150,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int c0 = chunk_at(n);
         return hi - c0 < kChunk ? hi - c0 : kChunk;
       };
+      const uint32_t phase_bits0 = phase_bits;  // this layer's starting parities (the trace's polls)
+      if (traced && threadIdx.x == 0)
+        for (int i = 0; i < 2 * kTraceChunks; ++i) tr[i] = 0;
+      __syncthreads();
       // Prologue: depth - 1 chunks in flight.
       for (int n = 0; n < c.depth - 1 && n < nch; ++n) issue(c, kc, vc, chunk_at(n), len_at(n), n % c.depth, bars);
       for (int n = 0; n < nch; ++n) {
@@ -151,9 +173,25 @@ __global__ void __launch_bounds__(kThreads, 1)
           phase_bits ^= 1u << bi;
         }
         __syncthreads();
+        if (traced && threadIdx.x == 0) {
+          tr[n * 2 + 1] = now_ns() - t_layer;
+          if (tr[n * 2] == 0) tr[n * 2] = tr[n * 2 + 1];  // landed before anyone polled it
+        }
         const uint16_t* kb = kbuf(n % c.depth, c.method != 1);
         acc += __uint_as_float(uint32_t(kb[threadIdx.x % 64]) << 16);
-        if (c.work_ns > 0) {
+        if (traced && threadIdx.x == kThreads - 32) {
+          // Instead of working: poll the chunks in flight (n + 1 .. n + depth - 1) and stamp when each lands.
+          const uint64_t t0 = now_ns();
+          while (now_ns() - t0 < uint64_t(c.work_ns)) {
+            for (int m = n + 1; m < n + c.depth && m < nch; ++m) {
+              const int bm = m % c.depth;
+              // Chunk m is the (m / depth)-th fill of its buffer in this layer; the layer's earlier fills of
+              // buffer bm flipped its parity (phase_bits as it was at this layer's start, plus those fills).
+              const uint32_t par = (phase_bits0 >> bm & 1u) ^ (uint32_t(m / c.depth) & 1u);
+              if (tr[m * 2] == 0 && bar_test(bars + bm, par)) tr[m * 2] = now_ns() - t_layer;
+            }
+          }
+        } else if (c.work_ns > 0) {
           if (c.work_kind == 0) {
             const uint64_t t0 = now_ns();
             while (now_ns() - t0 < uint64_t(c.work_ns)) {
@@ -198,20 +236,29 @@ int main() {
   CK(cudaMalloc(&vc, elems * 2));
   CK(cudaMalloc(&arrive, 4));
   CK(cudaMalloc(&sink, 4));
+  unsigned long long* trace;
+  CK(cudaMalloc(&trace, size_t(sms) * kTraceChunks * 2 * 8));
+  CK(cudaMemset(trace, 0, size_t(sms) * kTraceChunks * 2 * 8));
   CK(cudaMemset(kc, 0x3c, elems * 2));
   CK(cudaMemset(vc, 0x3c, elems * 2));
   CK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
   std::vector<Cfg> cfgs;
+  // Next call (prepared in session 14, not run): when do the chunks land while the block works? TMA, 4 in flight.
+  const bool trace_only = getenv("KV_PROBE_TRACE") != nullptr;
+  if (trace_only) {
+    for (int work : {0, 1000, 2000}) cfgs.push_back({1, 4, 0, work, 16384, 16384 + 256, 1, 1});
+    for (int work : {0, 1000}) cfgs.push_back({1, 2, 0, work, 16384, 16384 + 256, 1, 1});
+  }
   // Session 14, call 1 ran methods 0-2, depths 2-6, rotation and max_len 16384 / 16640: all within 3% but method 2
   // (6x slower); the work spin on %globaltimer added its whole time per chunk. Call 2: which work overlaps.
-  for (int ctx : {16384, 4096})
+  for (int ctx : trace_only ? std::vector<int>{} : std::vector<int>{16384, 4096})
     for (int method : {0, 1})
       for (int depth : {2, 4})
         for (int kind : {0, 1, 2, 3})
           for (int work : {0, 500, 1000, 2000}) {
             if ((work == 0) != (kind == 0)) continue;
             if (ctx == 4096 && (depth > 2 || work == 500 || work == 2000)) continue;
-            cfgs.push_back({method, depth, 0, work, ctx, 16384 + 256, kind});
+            cfgs.push_back({method, depth, 0, work, ctx, 16384 + 256, kind, 0});
           }
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -224,7 +271,7 @@ int main() {
     for (int r = 0; r < 5; ++r) {
       CK(cudaMemset(arrive, 0, 4));
       CK(cudaEventRecord(e0));
-      kv_kernel<<<sms, kThreads, smem>>>(kc, vc, c, arrive, sink);
+      kv_kernel<<<sms, kThreads, smem>>>(kc, vc, c, arrive, sink, trace);
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       CK(cudaGetLastError());
@@ -236,6 +283,20 @@ int main() {
     const double bytes = 2.0 * kHeads * c.ctx * kHd * 2;  // K and V of one layer
     printf("%5d %7d %6d %5d %6d %7d %4d  %9.2f  %8.2f\n", c.ctx, c.max_len, c.method, c.depth, c.rotate, c.work_ns, c.work_kind, us,
            bytes / (us * 1e-6) / 1e12);
+    if (c.trace) {
+      // The last repetition's last layer: per chunk, landed / started (us from the layer start), four blocks.
+      std::vector<unsigned long long> h(size_t(sms) * kTraceChunks * 2);
+      CK(cudaMemcpy(h.data(), trace, h.size() * 8, cudaMemcpyDeviceToHost));
+      for (int blk : {0, 37, 77, 127}) {
+        printf("    block %3d landed/started us:", blk);
+        for (int n = 0; n < kTraceChunks; ++n) {
+          const unsigned long long ld = h[(size_t(blk) * kTraceChunks + n) * 2], st = h[(size_t(blk) * kTraceChunks + n) * 2 + 1];
+          if (st == 0) break;
+          printf(" %.2f/%.2f", ld / 1000.0, st / 1000.0);
+        }
+        printf("\n");
+      }
+    }
   }
   return 0;
 }
