@@ -64,6 +64,18 @@ COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share
 # Elements (positions x head_dim) of K (and of V) an ATTN tile stages per chunk in the CUDA kernel. The planner's
 # default attn_single is one chunk of positions (planner/graph.py default_single).
 ATTN_CHUNK_ELEMS = 8192
+# The CUDA kernel's attention warp path (perf log v45) takes at most ATTN_WARPS_MAX_GROUP query heads per KV head and
+# head_dim ATTN_WARPS_HEAD_DIM: 8 positions per warp of its 16 in a chunk of ATTN_CHUNK_ELEMS / head_dim positions, one
+# lane per 8 dims of o. Its default variants run only these shapes (decode_kernel.h attn_warps_fit).
+ATTN_WARPS_MAX_GROUP = 4
+ATTN_WARPS_HEAD_DIM = 64
+
+
+def attn_warps_fit(num_heads: int, num_kv_heads: int, head_dim: int) -> bool:
+    """Whether the kernel's attention warp path takes this shape (the C++ check reads the same two constants)."""
+    if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        return False
+    return num_heads // num_kv_heads <= ATTN_WARPS_MAX_GROUP and head_dim == ATTN_WARPS_HEAD_DIM
 
 
 class Op(enum.IntEnum):
@@ -262,6 +274,8 @@ def render_header() -> str:
         f"constexpr int32_t kStateHeaderWords = {STATE_HEADER_WORDS};",
         f"constexpr int32_t kCounterStrideWords = {COUNTER_STRIDE_WORDS};",
         f"constexpr int32_t kAttnChunkElems = {ATTN_CHUNK_ELEMS};",
+        f"constexpr int32_t kAttnWarpsMaxGroup = {ATTN_WARPS_MAX_GROUP};",
+        f"constexpr int32_t kAttnWarpsHeadDim = {ATTN_WARPS_HEAD_DIM};",
         f"constexpr int32_t kLayerSlots = {len(LAYER_SLOTS)};",
         f"constexpr int32_t kFinalSlots = {len(FINAL_SLOTS)};",
         f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",

@@ -13,7 +13,8 @@ import os
 import torch
 
 from .errors import check_state
-from .planner.format import ATTN_CHUNK_ELEMS
+from .planner.format import ATTN_WARPS_HEAD_DIM, ATTN_WARPS_MAX_GROUP
+from .planner.format import attn_warps_fit as format_attn_warps_fit
 from .planner.plan import Plan
 
 
@@ -52,20 +53,11 @@ def _kernel_constants() -> dict:
             "attn_warps": bool(getattr(mod, "ATTN_WARPS", 0))}
 
 
-# The CUDA kernel's warps per block: its attention's warp path takes 8 positions per warp in a chunk.
-KERNEL_WARPS = 16
-
-
 def attn_warps_fit(header: dict) -> bool:
-    """Whether the kernel's attention warp path (perf log v45) takes this plan's shape, as decode_kernel.h
-    attn_warps_fit decides: G <= 4 query heads per KV head, G * head_dim <= 256, 8 positions per warp in a chunk of
-    ATTN_CHUNK_ELEMS / head_dim positions (head_dim 64). The default kernel variants, and with them flag hand-offs,
-    run only these shapes; others run the runtime-options kernel with counter hand-offs."""
-    heads, kv, hd = header["num_heads"], header["num_kv_heads"], header["head_dim"]
-    if kv <= 0 or heads % kv or hd <= 0:
-        return False
-    g = heads // kv
-    return g <= 4 and hd % 8 == 0 and g * hd <= 256 and ATTN_CHUNK_ELEMS // hd == 8 * KERNEL_WARPS
+    """Whether the kernel's attention warp path (perf log v45) takes this plan's shape (planner/format.py
+    attn_warps_fit: G <= 4 query heads per KV head, head_dim 64). The default kernel variants, and with them flag
+    hand-offs, run only these shapes; others run the runtime-options kernel with counter hand-offs."""
+    return format_attn_warps_fit(header["num_heads"], header["num_kv_heads"], header["head_dim"])
 
 
 def layer_bytes_per_worker(header: dict) -> int:
@@ -86,16 +78,17 @@ def choose_handoff(header: dict, device, handoff: str | None = None) -> str:
     device = torch.device(device)
     if want == "counters":
         return "counters"
-    k = _kernel_constants() if device.type == "cuda" else {"flags": False, "flag_opt": -1}
-    fits = not k.get("attn_warps") or attn_warps_fit(header)
+    k = _kernel_constants() if device.type == "cuda" else {"flags": False, "flag_opt": -1, "attn_warps": False}
+    fits = not k["attn_warps"] or attn_warps_fit(header)
     if want == "flags":
         if not k["flags"]:
             raise ValueError(f"handoff 'flags' needs the CUDA kernel; {device} runs the CPU reference executor, "
                              "which hands off by counters only" if device.type != "cuda" else
                              "handoff 'flags' needs a CUDA build of tiles_ext._C")
         if not fits:
-            raise ValueError(f"handoff 'flags' runs on the kernel's default variant, whose attention takes G <= 4 "
-                             f"query heads per KV head and head_dim 64; this plan has {header['num_heads']} heads over "
+            raise ValueError(f"handoff 'flags' runs on the kernel's default variant, whose attention takes G <= "
+                             f"{ATTN_WARPS_MAX_GROUP} query heads per KV head and head_dim {ATTN_WARPS_HEAD_DIM}; this "
+                             f"plan has {header['num_heads']} heads over "
                              f"{header['num_kv_heads']} KV heads, head_dim {header['head_dim']}: use 'counters'")
         return "flags"
     default_launch = (os.environ.get("TILES_KERNEL_OPT", "") in ("", str(k["flag_opt"]))

@@ -1803,6 +1803,13 @@ __device__ __forceinline__ void qk_piece(const uint4 k8, const float4 qa, const 
   acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
 }
 
+// The warp-owned attention paths (8 positions per warp and chunk): the warps that ever held a position of a tile with
+// positions [lo, hi), those of its first chunk (the later chunks' positions go to the same warps first).
+__device__ __forceinline__ int attn_warps_used(int32_t lo, int32_t hi, int32_t chunk) {
+  const int span0 = hi - lo < chunk ? hi - lo : chunk;
+  return span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
+}
+
 // The warp-owned attention paths (the warp path, v45; TILES_ATTN_MMA=2, v31): the first `wused` warps' states,
 // (m, l) in sc [warp][G][2] and o in opart [warp][G][hd], combined by log-sum-exp in warp order (fixed: bit-identical
 // runs) into of / ml, the layout MERGE and the partials' store read. A warp whose m is -inf held no position.
@@ -1954,7 +1961,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   // rows. Two block barriers per chunk (rows landed, buffer free) instead of five, and the warps' (m, l, o) are
   // combined once per tile. The chunk loop's five steps took ~4.3 us per 128 positions at 16K (timing build,
   // TILES_ATTN_PROFILE: scores 1.0, softmax 0.8, o partials 1.4, combine 0.6 us) against ~1.1 us of bytes.
-  // Shapes: G <= 4, G * hd <= 256 (one lane per 8 dims of o), 8 positions per warp (Llama-3.2-1B, SmolLM2).
+  // Shapes: attn_warps_fit (decode_kernel.h): G <= 4 and hd 64 (Llama-3.2-1B, SmolLM2).
   constexpr bool warp_ok = kWarpPath;  // attn_warps_fit (decode_kernel.h): attn_tile picks the instantiation
   const int sj = lane >> 2, sg = lane & 3;                     // scores layout
   const int og = lane / (hd / 8), od0 = (lane - og * (hd / 8)) * 8;  // o layout (og >= G: idle lane)
@@ -2231,8 +2238,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
     // runs) into of / ml, the layout MERGE and the partial's store read. Warps past the first chunk's span never
     // held a position (their m is -inf): the combine stops before them.
-    const int span0 = hi - lo < L.chunk ? hi - lo : L.chunk;
-    const int wused = span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
+    const int wused = attn_warps_used(lo, hi, L.chunk);
     if (warp < wused) {
       if (og < G) {
         float4* op = reinterpret_cast<float4*>(opart + (warp * G + og) * hd + od0);
@@ -2256,8 +2262,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     // runs) into of / ml, the layout MERGE and the partial's store read. Only the first `wused` warps ever held a
     // position (a chunk of 33 at prompt 32: 5 of 16); the others' states are empty (m = -inf) and add nothing, so
     // the combine skips them (the same bits, a third of the serial expf chain at short context; perf log v37).
-    const int span0 = hi - lo < L.chunk ? hi - lo : L.chunk;
-    const int wused = span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
+    const int wused = attn_warps_used(lo, hi, L.chunk);
     if (wr < G && warp < wused) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -2293,8 +2298,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   return false;
 }
 
-// `prestaged`: attn_prestage ran before the wait; true when the tile kept its (m, l, o) in shared memory only (v44).
-// The default variants compile the warp path alone: inlined beside it, the five-step loop's ~1000 instructions cost
+// attn_tile_body's instantiation for this shape. The default variants compile the warp path alone: inlined beside it, the five-step loop's ~1000 instructions cost
 // Llama-1B +24% per token, and out of line (its Tile and layout passed through the stack) 320 bytes of stack and
 // 72 / 120 bytes of spills in the kernel (perf log v45). launch_decode runs a shape the warp path does not take
 // (attn_warps_fit) on the runtime-options kernel, which has both and picks by shape: the same bits as the default

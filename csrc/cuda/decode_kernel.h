@@ -403,16 +403,19 @@ cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks);
 // (decode_default_launch, below) unless `generic` (TILES_GENERIC_KERNEL=1: same bits, for A/B measurements).
 // `flagged`: the scratch arena has the flagged layout (every element with its epoch, twice the plan's bytes), and
 // hand-offs go by flag-in-data words: only the default option set runs so (decode_flags_launch).
-// The attention's warp path takes G <= 4 query heads per KV head, G * head_dim <= 256 (one lane per 8 dims of o, and
-// room for the 16 warps' states where the o partials go) and 8 positions per warp in a chunk (head_dim 64): Llama-3.2-1B
-// (G 4) and SmolLM2 (G 3). Other shapes run the five-step chunk loop. tiles_ext/runtime.py attn_warps_fit mirrors it.
+// The attention's warp path takes G <= kAttnWarpsMaxGroup query heads per KV head and head_dim kAttnWarpsHeadDim
+// (plan_format.h, from planner/format.py, whose attn_warps_fit is this rule for Python): 8 positions per warp in a
+// chunk, one lane per 8 dims of o, the 16 warps' states where the o partials go. Llama-3.2-1B (G 4), SmolLM2 (G 3).
+// Other shapes run the five-step chunk loop.
+static_assert(kAttnChunkElems / kAttnWarpsHeadDim == 8 * kWarps, "the warp path takes 8 positions per warp");
+static_assert(kAttnWarpsMaxGroup * kAttnWarpsHeadDim / 8 <= 32 && kAttnWarpsMaxGroup <= 4,
+              "the warp path keeps one lane per 8 dims of o and 4 heads x 8 positions in a warp's scores");
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
 constexpr bool attn_warps_fit(const Header& h) {
   return TILES_ATTN_WARPS && h.num_kv_heads > 0 && h.num_heads % h.num_kv_heads == 0 &&
-         h.num_heads / h.num_kv_heads <= 4 && h.head_dim % 8 == 0 && h.num_heads / h.num_kv_heads * h.head_dim <= 256 &&
-         kAttnChunkElems / h.head_dim == 8 * kWarps;
+         h.num_heads / h.num_kv_heads <= kAttnWarpsMaxGroup && h.head_dim == kAttnWarpsHeadDim;
 }
 // Whether the default variants (decode_kernel_default.cu, decode_kernel_flags.cu) run this model's plan: they compile
 // the warp path alone (launch_decode runs other shapes on the runtime-options kernel; flag hand-offs refuse them).

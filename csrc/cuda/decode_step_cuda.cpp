@@ -250,9 +250,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
               "(TileRuntime(..., handoff='counters') or TILES_HANDOFF=counters when it is made)");
   TORCH_CHECK(!flagged || cuda::default_variant_fits(h),
               "tiles::decode_step (CUDA): this runtime hands off by flag-in-data words, which only the default kernel "
-              "variant runs, and that variant's attention takes G <= 4 query heads per KV head and head_dim 64 (this "
-              "plan: ", h.num_heads, " heads over ", h.num_kv_heads, " KV heads, head_dim ", h.head_dim, "); bind the "
-              "runtime with counter hand-offs (TileRuntime(..., handoff='counters') or TILES_HANDOFF=counters)");
+              "variant runs, and that variant's attention takes G <= ", kAttnWarpsMaxGroup, " query heads per KV head "
+              "and head_dim ", kAttnWarpsHeadDim, " (this plan: ", h.num_heads, " heads over ", h.num_kv_heads,
+              " KV heads, head_dim ", h.head_dim, "); bind the runtime with counter hand-offs "
+              "(TileRuntime(..., handoff='counters') or TILES_HANDOFF=counters)");
   int32_t stream_stages = 0, stream_stage_bytes = 0, stream_probe = 0, stream_piece = 0;
   if (opt & cuda::kOptStream) {  // read only when the stream runs
     const int64_t v = env_int("TILES_STREAM_STAGES", 0);
