@@ -179,10 +179,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         const uint16_t* kb = kbuf(n % c.depth, c.method != 1);
         acc += __uint_as_float(uint32_t(kb[threadIdx.x % 64]) << 16);
-        if (traced && threadIdx.x == kThreads - 32) {
-          // Instead of working: poll the chunks in flight (n + 1 .. n + depth - 1) and stamp when each lands.
+        if (traced && threadIdx.x >= kThreads - 32) {
+          // Instead of working, the last warp polls the chunks in flight (n + 1 .. n + depth - 1) and lane 0 stamps
+          // when each lands. The whole warp takes this branch: with one lane here and 31 in the spin below, the
+          // warp ran both one after the other and a traced chunk cost twice its work (session 15).
           const uint64_t t0 = now_ns();
-          while (now_ns() - t0 < uint64_t(c.work_ns)) {
+          while (threadIdx.x == kThreads - 32 && now_ns() - t0 < uint64_t(c.work_ns)) {
             for (int m = n + 1; m < n + c.depth && m < nch; ++m) {
               const int bm = m % c.depth;
               // Chunk m is the (m / depth)-th fill of its buffer in this layer; the layer's earlier fills of
