@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kThreads, 1) probe(float4* vecs, unsigned* bar
     } else if (b == 0) {
       for (int i = threadIdx.x; i < n4; i += kThreads) vecs[i] = make_float4(tag, tag, tag, float(i));
     }
-    // Modes 3-4: this block's 64 KB of weights for this round, in flight before the barrier (1024 slices of 64 MB).
+    // Modes 3-6: this block's 64 KB of weights for this round (1024 slices of 64 MB, so they come from DRAM); modes
+    // 3-4 issue them before the barrier, 5-6 after it.
     const float4* wsrc = weights + (size_t(r * G + b) % 1024) * (kMaxBytes / 16);
     auto stage_cp = [&]() {
       for (int i = threadIdx.x; i < kMaxBytes / 16; i += kThreads) cp_async16(stage + i, wsrc + i);
@@ -85,16 +86,8 @@ __global__ void __launch_bounds__(kThreads, 1) probe(float4* vecs, unsigned* bar
                    "l"(wsrc), "r"(kMaxBytes), "r"(mb)
                    : "memory");
     };
-    if (mode == 3) {
-      stage_cp();
-    } else if (mode == 4 && threadIdx.x == 0) {
-      const unsigned mb = static_cast<unsigned>(__cvta_generic_to_shared(&mbar));
-      asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(mb), "r"(kMaxBytes) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       static_cast<unsigned>(__cvta_generic_to_shared(stage))),
-                   "l"(wsrc), "r"(kMaxBytes), "r"(mb)
-                   : "memory");
-    }
+    if (mode == 3) stage_cp();
+    if (mode == 4) stage_bulk();
     target += G;
     grid_barrier(bar, target);
     const uint64_t t0 = now_ns();
