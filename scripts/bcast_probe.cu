@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "probe_check.cuh"
+
 constexpr int kThreads = 512;
 constexpr int kMaxBytes = 64 * 1024;
 
@@ -127,19 +129,19 @@ __global__ void __launch_bounds__(kThreads, 1) probe(float4* vecs, unsigned* bar
 
 int main() {
   int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int rounds = 200;
   float4* vecs;
   unsigned* bar;
   uint64_t* out;
-  cudaMalloc(&vecs, size_t(sms) * kMaxBytes);
-  cudaMalloc(&bar, 4);
-  cudaMemset(bar, 0, 4);
-  cudaMalloc(&out, size_t(rounds) * sms * 8);
+  CK(cudaMalloc(&vecs, size_t(sms) * kMaxBytes));
+  CK(cudaMalloc(&bar, 4));
+  CK(cudaMemset(bar, 0, 4));
+  CK(cudaMalloc(&out, size_t(rounds) * sms * 8));
   float4* weights;
-  cudaMalloc(&weights, size_t(1024) * kMaxBytes);
-  cudaMemset(weights, 0, size_t(1024) * kMaxBytes);
-  cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kMaxBytes);
+  CK(cudaMalloc(&weights, size_t(1024) * kMaxBytes));
+  CK(cudaMemset(weights, 0, size_t(1024) * kMaxBytes));
+  CK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kMaxBytes));
   std::vector<uint64_t> h(size_t(rounds) * sms);
   unsigned base = 0;
   printf("bytes  mode                         median_us  p90_us  (blocks %d, rounds %d, first 20 dropped)\n", sms,
@@ -155,7 +157,7 @@ int main() {
         printf("launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
         return 1;
       }
-      cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost);
+      CK(cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost));
       std::vector<uint64_t> s(h.begin() + size_t(20) * sms, h.end());
       const bool stale = std::any_of(s.begin(), s.end(), [](uint64_t x) { return x == ~0ull; });
       std::sort(s.begin(), s.end());

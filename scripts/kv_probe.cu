@@ -22,14 +22,7 @@
 
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
+#include "probe_check.cuh"
 
 constexpr int kLayers = 16, kHeads = 8, kHd = 64, kParts = 16, kChunk = 128, kThreads = 512;
 constexpr int kKStride = kHd + 8;  // padded row (elements), as the kernel's kbuf
