@@ -33,6 +33,7 @@ def main():
                     help="0,1: plan partition-0 ATTN tiles off the qkv workers (default 1)")
     ap.add_argument("--merge-next", default="1",
                     help="0,1: mark partition-0 ATTN tiles whose MERGE runs next (default 1; perf log v44)")
+    ap.add_argument("--workers", default="0", help="workers to plan for, comma-separated (0: one per SM)")
     ap.add_argument("--max-cache", type=int, default=4096 + 256, help="KV cache positions (> the largest context)")
     ap.add_argument("--models", default="smollm2-135m:32,2000,4064;llama-3.2-1b:32,4064")
     ap.add_argument("--mode", choices=("graph", "both"), default="both",
@@ -48,8 +49,8 @@ def main():
             variants = [(int(x), int(y), int(z), int(m)) for x in args.singles.split(",")
                         for y in args.o_off_merge.split(",") for z in args.attn0_off_qkv.split(",")
                         for m in args.merge_next.split(",")]
-            for single, ooff, aoff, mnext in variants:
-                plan = build_plan(cfg, workers=props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
+            for (single, ooff, aoff, mnext), nw in [(v, int(w)) for v in variants for w in args.workers.split(",")]:
+                plan = build_plan(cfg, workers=nw or props.multi_processor_count, gpu=GpuTarget.of_device("cuda"),
                                   attn_partitions=parts or None, attn_single=None if single < 0 else single,
                                   o_off_merge=bool(ooff), attn0_off_qkv=bool(aoff), merge_next=bool(mnext))
                 print(f"plan: single {plan.header['attn_single']}, o off the MERGE workers {bool(ooff)}, "
@@ -80,12 +81,15 @@ def run_contexts(args, name, op, ctxs, parts, res, single, ooff=0, aoff=0, mnext
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
-                res.append({"model": name, "ctx": ctx, "opt": o, "partitions": parts, "single": single,
+                res.append({"model": name, "ctx": ctx, "opt": o, "workers": op.plan.num_workers, "partitions": parts,
+                            "single": single,
                             "o_off_merge": ooff, "attn0_off_qkv": aoff, "merge_next": mnext,
                             "handoff": op.rt.handoff, "round": r,
                             "graph_ms": ms, "multi64_ms_per_token": multi})
                 tail = "" if multi is None else f" (x64 launches: {multi:.4f} ms)"
-                print(f"{name} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} mn {mnext} opt {o} "
+                nw = "" if op.plan.num_workers == torch.cuda.get_device_properties(0).multi_processor_count \
+                    else f" W {op.plan.num_workers}"
+                print(f"{name}{nw} ctx {ctx} P {parts or 'plan'} single {single} o-off {ooff} a0-off {aoff} mn {mnext} opt {o} "
                       f"{op.rt.handoff} round {r}: {ms:.4f} ms{tail}", flush=True)
 
 
