@@ -1,0 +1,313 @@
+// Stage-boundary probe (docs/perf-log.md, session 16): does a weight stream that never stops hide the decode
+// kernel's dependency stages? One block of 512 threads per SM streams Llama-1B's per-layer matvec bytes in the
+// kernel's pattern (per block and layer: QKV 96 KB, O 64 KB, GATEUP 512 KB, DOWN 256 KB; 16 layers, 1.96 GB over
+// 132 SMs). Between two stages every block waits for all blocks (a release counter: the producer's red.release, one
+// acquire poll) and reads an 8 KB input vector (ld.cg), as a matvec tile does after its hand-off.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a scripts/boundary_probe.cu -o /tmp/boundary_probe
+//   /tmp/boundary_probe            (one line per configuration: us per token-equivalent, TB/s)
+//
+// Paths: plain = 16-byte ld.global.nc loads, 8 per lane in flight (64 KB per SM), the stage's bytes only after its
+// wait; staged = the same, with the next stage's first 64 KB issued by cp.async before the wait (the kernel's
+// StageWeights); ring = one producer lane fills a ring of 32 KB slots by bulk copies (TMA) without ever waiting on a
+// dependency (weights do not depend on activations), 15 consumer warps read the slots and pass the boundaries.
+// boundaries 0 = the same bytes without any wait (the bandwidth reference for the path).
+// Repeats a few helpers of decode_kernel.cu / stream_probe.cu on purpose: one standalone nvcc command.
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <vector>
+
+#include "probe_check.cuh"
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kLayers = 16;
+constexpr int kStagesPerLayer = 4;
+__constant__ int kStageKB[kStagesPerLayer] = {96, 64, 512, 256};  // QKV, O, GATEUP, DOWN per block
+constexpr int kStageBytes = 64 * 1024;  // the staged path's first batch
+constexpr int kInputBytes = 8 * 1024;
+
+__device__ __forceinline__ uint32_t sa(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void bar_init(uint64_t* b, uint32_t n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_expect(uint64_t* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sa(b)) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra W;\n\t}" ::"r"(sa(b)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk(void* d, const void* s, uint32_t n, uint64_t* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(d)),
+               "l"(s), "r"(n), "r"(sa(b))
+               : "memory");
+}
+__device__ __forceinline__ void cp16(void* d, const void* s) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(d)), "l"(s) : "memory");
+}
+__device__ __forceinline__ uint4 ldnc(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void release_add(uint32_t* c) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* c) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+  return v;
+}
+// Consumer-warp barrier (the ring's producer warp never joins it).
+__device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
+
+struct Cfg {
+  int path;        // 0 plain, 1 staged, 2 ring, 3 preloaded (plain, the next stage's first 64 KB loaded into
+                   // registers before the wait)
+  int boundaries;  // 1 = wait for all blocks between stages, 2 = for this block only (the poll's own cost)
+  int slots;       // ring: 32 KB slots
+  int input;       // 1 = read the 8 KB input vector after each wait
+  int slot;        // ring: bytes per slot (0 = 32 KB)
+  int noread;      // ring: 1 = the consumers only wait and hand the slot back (no shared-memory reads)
+};
+// Per block, clock64 cycles: [0] the ring's producer blocked on a free slot, [1] the poll at the boundaries,
+// [2] consumer warp 0 (of the ring: warp 1) waiting for a slot's bytes.
+constexpr int kStats = 4;
+
+extern __shared__ __align__(1024) uint8_t smem[];
+
+__global__ void __launch_bounds__(kThreads, 1)
+    boundary_kernel(const uint8_t* w, size_t per_block, const uint4* input, uint32_t* cnt, Cfg c, float* sink,
+                    long long* stats) {
+  long long* stat = stats + blockIdx.x * kStats;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const uint8_t* mine = w + blockIdx.x * per_block;
+  float acc = 0.f;
+  if (c.path != 2) {
+    size_t off = 0;  // bytes of this block's stream consumed so far
+    bool staged = false, pre = false;
+    uint4 pv[8];
+    for (int layer = 0, k = 0; layer < kLayers; ++layer) {
+      for (int s = 0; s < kStagesPerLayer; ++s, ++k) {
+        const size_t sb = size_t(kStageKB[s]) * 1024;
+        if (c.boundaries && k > 0) {
+          if (tid == 0) {
+            const long long t0 = clock64();
+            const uint32_t want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
+            uint32_t* ctr = c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x;
+            while (ld_acquire(ctr) < want) {
+            }
+            stat[1] += clock64() - t0;
+          }
+          __syncthreads();
+          if (c.input) {
+            const uint4 x = __ldcg(input + tid % (kInputBytes / 16));
+            acc += __uint_as_float(x.x ^ x.w);
+            __syncthreads();
+          }
+        }
+        size_t from = 0;
+        if (staged) {
+          asm volatile("cp.async.wait_all;" ::: "memory");
+          __syncthreads();
+          const uint4* q = reinterpret_cast<const uint4*>(smem);
+          for (int i = tid; i < kStageBytes / 16; i += kThreads) {
+            const uint4 v = q[i];
+            acc += __uint_as_float(v.x ^ v.w);
+          }
+          from = kStageBytes;
+        }
+        if (pre) {
+#pragma unroll
+          for (int u = 0; u < 8; ++u) acc += __uint_as_float(pv[u].x ^ pv[u].y ^ pv[u].z ^ pv[u].w);
+          from = size_t(kThreads) * 8 * 16;
+          pre = false;
+        }
+        const uint4* p = reinterpret_cast<const uint4*>(mine + off);
+        const size_t n16 = sb / 16;
+        for (size_t i = from / 16 + tid; i < n16; i += kThreads * 8) {
+          uint4 v[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const size_t j = i + size_t(u) * kThreads;
+            v[u] = j < n16 ? ldnc(p + j) : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int u = 0; u < 8; ++u) acc += __uint_as_float(v[u].x ^ v[u].y ^ v[u].z ^ v[u].w);
+        }
+        off += sb;
+        __syncthreads();  // the block's stage is done (and the staging buffer free)
+        staged = false;
+        if (c.path == 1 && k + 1 < kLayers * kStagesPerLayer) {
+          // The next stage's first batch, before its wait (the kernel's StageWeights).
+          for (int i = tid; i < kStageBytes / 16; i += kThreads) cp16(smem + i * 16, mine + off + size_t(i) * 16);
+          asm volatile("cp.async.commit_group;" ::: "memory");
+          staged = true;
+        }
+        if (c.path == 3 && k + 1 < kLayers * kStagesPerLayer) {
+          const uint4* q = reinterpret_cast<const uint4*>(mine + off);
+#pragma unroll
+          for (int u = 0; u < 8; ++u) pv[u] = ldnc(q + tid + u * kThreads);
+          pre = true;
+        }
+        if (c.boundaries && tid == 0) release_add(c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x);
+      }
+    }
+    if (acc == 1.2345f) sink[0] = acc;
+    return;
+  }
+  // The ring: slots of 32 KB; full[i] completes by the copy's bytes, empty[i] by the 15 consumer warps.
+  const int sl = c.slot ? c.slot : 32 * 1024;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + c.slots * sl);
+  uint64_t* empty = full + c.slots;
+  if (tid == 0) {
+    for (int i = 0; i < c.slots; ++i) {
+      bar_init(full + i, 1);
+      bar_init(empty + i, 15);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  size_t total = 0;
+  for (int s = 0; s < kStagesPerLayer; ++s) total += size_t(kStageKB[s]) * 1024;
+  total *= kLayers;
+  const int nslot = static_cast<int>(total / sl);
+  if (warp == 0) {
+    if (lane == 0) {
+      long long blocked = 0;
+      for (int n = 0; n < nslot; ++n) {
+        const int s = n % c.slots;
+        if (n >= c.slots) {
+          const long long t0 = clock64();
+          bar_wait(empty + s, ((n / c.slots) - 1) & 1);
+          blocked += clock64() - t0;
+        }
+        bar_expect(full + s, sl);
+        bulk(smem + size_t(s) * sl, mine + size_t(n) * sl, sl, full + s);
+      }
+      stat[0] = blocked;
+    }
+    return;
+  }
+  const int cw = warp - 1, ct = tid - 32;
+  int n = 0;
+  for (int layer = 0, k = 0; layer < kLayers; ++layer) {
+    for (int st = 0; st < kStagesPerLayer; ++st, ++k) {
+      if (c.boundaries && k > 0) {
+        if (ct == 0) {
+          const long long t0 = clock64();
+          const uint32_t want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
+          uint32_t* ctr = c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x;
+          while (ld_acquire(ctr) < want) {
+          }
+          stat[1] += clock64() - t0;
+        }
+        consumers_sync(kThreads - 32);
+        if (c.input) {
+          const uint4 x = __ldcg(input + ct % (kInputBytes / 16));
+          acc += __uint_as_float(x.x ^ x.w);
+          consumers_sync(kThreads - 32);
+        }
+      }
+      const int ns = kStageKB[st] * 1024 / sl;
+      for (int e = 0; e < ns; ++e, ++n) {
+        const int s = n % c.slots;
+        if (ct == 0) {
+          const long long t0 = clock64();
+          bar_wait(full + s, (n / c.slots) & 1);
+          stat[2] += clock64() - t0;
+        } else {
+          bar_wait(full + s, (n / c.slots) & 1);
+        }
+        const uint4* q = reinterpret_cast<const uint4*>(smem + size_t(s) * sl);
+        for (int i = cw * 32 + lane; !c.noread && i < sl / 16; i += 15 * 32) {
+          const uint4 v = q[i];
+          acc += __uint_as_float(v.x ^ v.y ^ v.z ^ v.w);
+        }
+        __syncwarp();
+        if (lane == 0) bar_arrive(empty + s);
+      }
+      if (c.boundaries) {
+        consumers_sync(kThreads - 32);
+        if (ct == 0) release_add(c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x);
+      }
+    }
+  }
+  if (acc == 1.2345f) sink[0] = acc;
+}
+
+}  // namespace
+
+int main() {
+  setvbuf(stdout, nullptr, _IONBF, 0);
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t per_block = size_t(96 + 64 + 512 + 256) * 1024 * kLayers;
+  const size_t bytes = per_block * sms;
+  uint8_t* w;
+  uint4* input;
+  uint32_t* cnt;
+  float* sink;
+  CK(cudaMalloc(&w, bytes));
+  CK(cudaMalloc(&input, kInputBytes));
+  CK(cudaMalloc(&cnt, 4 * (1 + sms)));
+  long long* stats;
+  CK(cudaMalloc(&stats, sizeof(long long) * kStats * sms));
+  std::vector<long long> hs(size_t(kStats) * sms);
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaMemset(w, 1, bytes));
+  CK(cudaMemset(input, 2, kInputBytes));
+  CK(cudaFuncSetAttribute(boundary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 222 * 1024));
+  // Session 16's first run (H200): plain 449.3 us without waits, 575.2 with them; staged 448.4 / 594.8; ring of 4 /
+  // 6 / 3 slots 443.3 / 443.4 without, 567.5 / 569.2 / 572.4 with: ~2 us per boundary whatever the path.
+  const std::vector<Cfg> cfgs = {{0, 0, 0, 1}, {0, 1, 0, 1}, {3, 1, 0, 1},           {2, 0, 6, 1},
+                                 {2, 1, 6, 1}, {2, 0, 6, 1, 0, 1}, {2, 1, 6, 1, 0, 1}, {2, 1, 12, 1, 16384},
+                                 {2, 1, 24, 1, 8192}, {0, 1, 0, 1}};
+  const char* names[] = {"plain", "staged", "ring", "preload"};
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  printf("path    boundaries slots input  us/layer-set   TB/s  | us per block, mean (max): producer blocked, poll, "
+         "waiting for bytes   (%d blocks, %.2f GB, %d stages)\n", sms, bytes / 1e9, kLayers * kStagesPerLayer);
+  int khz = 0;
+  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  for (const Cfg& c : cfgs) {
+    const int smem = c.path == 2 ? c.slots * (c.slot ? c.slot : 32 * 1024) + c.slots * 16 : kStageBytes;
+    float best = 1e9f;
+    for (int r = 0; r < 5; ++r) {
+      CK(cudaMemset(cnt, 0, 4 * (1 + sms)));
+      CK(cudaMemset(stats, 0, sizeof(long long) * kStats * sms));
+      CK(cudaEventRecord(e0));
+      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats};
+      CK(cudaLaunchCooperativeKernel((void*)boundary_kernel, dim3(sms), dim3(kThreads), args, smem, 0));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r > 0 && ms < best) best = ms;
+    }
+    CK(cudaMemcpy(hs.data(), stats, sizeof(long long) * kStats * sms, cudaMemcpyDeviceToHost));  // the last run's
+    double mean[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
+    for (int b = 0; b < sms; ++b)
+      for (int i = 0; i < 3; ++i) {
+        const double us = hs[size_t(b) * kStats + i] / (khz * 1e-3);
+        mean[i] += us / sms;
+        if (us > mx[i]) mx[i] = us;
+      }
+    printf("%-7s %10d %5d %5d %13.1f %6.3f  | %6.1f (%6.1f) %6.1f (%6.1f) %6.1f (%6.1f)\n", names[c.path], c.boundaries,
+           c.slots, c.input, best * 1e3, bytes / (best * 1e-3) / 1e12, mean[0], mx[0], mean[1], mx[1], mean[2], mx[2]);
+  }
+  return 0;
+}
