@@ -147,6 +147,7 @@ TOOL_BUILDS = {
     "stream_probe": (REPO / "scripts" / "stream_probe.cu", []),
     "kv_probe": (REPO / "scripts" / "kv_probe.cu", []),
     "bcast_probe": (REPO / "scripts" / "bcast_probe.cu", []),
+    "boundary_probe": (REPO / "scripts" / "boundary_probe.cu", []),
     # Experiment builds: the split main-phase mark (tile_timing.py TILES_TIMING_DEFINES) and the kernel with its
     # options fixed at compile time (setup.py TILES_LEAN_OPT, scripts/lean_ab.sh).
     "tile_timing_mark_split": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1", "-DTILES_MARK_SPLIT"]),
@@ -161,7 +162,7 @@ TOOL_BUILDS = {
     # The default variant compiled for another option set (setup.py TILES_DEFAULT_OPT; 156255 = 25183 + PollAhead
     # selects the poll instantiation).
     "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
-    # Bulk staging without its run-ahead as the default variant (128 + 256: perf log, Next after session 15).
+    # Bulk staging without its run-ahead as the default variant (128 + 256; perf log, session 16: +13%).
     "decode_kernel_default_opt_bulk": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=25567"]),
     # The tensor-core attention experiments (setup.py TILES_ATTN_MMA=1 / 2).
     "decode_kernel_attn_mma": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_ATTN_MMA=1"]),
