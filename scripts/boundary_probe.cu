@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "probe_check.cuh"
@@ -84,12 +86,20 @@ struct Cfg {
 // Per block, clock64 cycles: [0] the ring's producer blocked on a free slot, [1] the poll at the boundaries,
 // [2] consumer warp 0 (of the ring: warp 1) waiting for a slot's bytes.
 constexpr int kStats = 4;
+constexpr int kAllStages = kLayers * kStagesPerLayer;
+// Trace (%globaltimer, ns) per stage k and block b: [0][k][b] the block's stage k done (before its release),
+// [1][k][b] its wait for stage k passed (k >= 1). The host derives the stragglers from it.
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 extern __shared__ __align__(1024) uint8_t smem[];
 
 __global__ void __launch_bounds__(kThreads, 1)
     boundary_kernel(const uint8_t* w, size_t per_block, const uint4* input, uint32_t* cnt, Cfg c, float* sink,
-                    long long* stats) {
+                    long long* stats, unsigned long long* tr) {
   long long* stat = stats + blockIdx.x * kStats;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const uint8_t* mine = w + blockIdx.x * per_block;
@@ -109,6 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             while (ld_acquire(ctr) < want) {
             }
             stat[1] += clock64() - t0;
+            tr[(size_t(kAllStages) + k) * gridDim.x + blockIdx.x] = gtimer();
           }
           __syncthreads();
           if (c.input) {
@@ -148,6 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         off += sb;
         __syncthreads();  // the block's stage is done (and the staging buffer free)
+        if (tid == 0) tr[size_t(k) * gridDim.x + blockIdx.x] = gtimer();
         staged = false;
         if (c.path == 1 && k + 1 < kLayers * kStagesPerLayer) {
           // The next stage's first batch, before its wait (the kernel's StageWeights).
@@ -212,6 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           while (ld_acquire(ctr) < want) {
           }
           stat[1] += clock64() - t0;
+          tr[(size_t(kAllStages) + k) * gridDim.x + blockIdx.x] = gtimer();
         }
         consumers_sync(kThreads - 32);
         if (c.input) {
@@ -240,11 +253,55 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (c.boundaries) {
         consumers_sync(kThreads - 32);
+        if (ct == 0) tr[size_t(k) * gridDim.x + blockIdx.x] = gtimer();
         if (ct == 0) release_add(c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x);
       }
     }
   }
   if (acc == 1.2345f) sink[0] = acc;
+}
+
+// From the last run's trace: per wait, how far the last block's stage end lies behind the median block's and the
+// first block's, how long after it the median block passes the wait, and whether the same blocks are late every
+// time (split-half correlation of each block's mean lateness over even and odd stages; the blocks most often last).
+int stragglers(std::vector<unsigned long long>& ht, const unsigned long long* tr, int sms) {
+  CK(cudaMemcpy(ht.data(), tr, sizeof(unsigned long long) * ht.size(), cudaMemcpyDeviceToHost));
+  double max_med = 0, max_min = 0, wake = 0;
+  std::vector<double> late[2] = {std::vector<double>(sms, 0.0), std::vector<double>(sms, 0.0)};
+  std::vector<int> last(sms, 0);
+  const int nk = kAllStages - 1;  // stages followed by a wait
+  for (int k = 0; k < nk; ++k) {
+    std::vector<double> e(sms), wk(sms);
+    for (int b = 0; b < sms; ++b) {
+      e[b] = double(ht[size_t(k) * sms + b]);
+      wk[b] = double(ht[(size_t(kAllStages) + k + 1) * sms + b]);
+    }
+    std::vector<double> es = e, ws = wk;
+    std::sort(es.begin(), es.end());
+    std::sort(ws.begin(), ws.end());
+    const double med = es[sms / 2], mx = es[sms - 1];
+    max_med += (mx - med) / nk;
+    max_min += (mx - es[0]) / nk;
+    wake += (ws[sms / 2] - mx) / nk;
+    for (int b = 0; b < sms; ++b) late[k & 1][b] += (e[b] - med) / ((nk + 1 - (k & 1)) / 2);
+    last[std::max_element(e.begin(), e.end()) - e.begin()]++;
+  }
+  double ma = 0, mb = 0;
+  for (int b = 0; b < sms; ++b) ma += late[0][b] / sms, mb += late[1][b] / sms;
+  double sab = 0, saa = 0, sbb = 0;
+  for (int b = 0; b < sms; ++b) {
+    sab += (late[0][b] - ma) * (late[1][b] - mb);
+    saa += (late[0][b] - ma) * (late[0][b] - ma);
+    sbb += (late[1][b] - mb) * (late[1][b] - mb);
+  }
+  std::vector<int> order(sms);
+  for (int b = 0; b < sms; ++b) order[b] = b;
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return last[x] > last[y]; });
+  printf("        stragglers per wait: last - median %.2f us, last - first %.2f us, median wake %.2f us after the "
+         "last; lateness split-half corr %.2f; most often last (block: waits) %d: %d, %d: %d, %d: %d, %d: %d\n",
+         max_med * 1e-3, max_min * 1e-3, wake * 1e-3, sab / std::sqrt(saa * sbb + 1e-30), order[0], last[order[0]],
+         order[1], last[order[1]], order[2], last[order[2]], order[3], last[order[3]]);
+  return 0;
 }
 
 }  // namespace
@@ -265,15 +322,17 @@ int main() {
   long long* stats;
   CK(cudaMalloc(&stats, sizeof(long long) * kStats * sms));
   std::vector<long long> hs(size_t(kStats) * sms);
+  unsigned long long* tr;
+  CK(cudaMalloc(&tr, sizeof(unsigned long long) * 2 * kAllStages * sms));
+  std::vector<unsigned long long> ht(size_t(2) * kAllStages * sms);
   CK(cudaMalloc(&sink, 4));
   CK(cudaMemset(w, 1, bytes));
   CK(cudaMemset(input, 2, kInputBytes));
   CK(cudaFuncSetAttribute(boundary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 222 * 1024));
-  // Session 16's first run (H200): plain 449.3 us without waits, 575.2 with them; staged 448.4 / 594.8; ring of 4 /
-  // 6 / 3 slots 443.3 / 443.4 without, 567.5 / 569.2 / 572.4 with: ~2 us per boundary whatever the path.
-  const std::vector<Cfg> cfgs = {{0, 0, 0, 1}, {0, 1, 0, 1}, {3, 1, 0, 1},           {2, 0, 6, 1},
-                                 {2, 1, 6, 1}, {2, 0, 6, 1, 0, 1}, {2, 1, 6, 1, 0, 1}, {2, 1, 12, 1, 16384},
-                                 {2, 1, 24, 1, 8192}, {0, 1, 0, 1}};
+  // Session 16 (H200, calls 6-7): plain 449 us without waits, 575-582 with them; staged 595-600; preload 566; ring of
+  // 3-6 x 32 KB 443 / 568-572, its consumers reading nothing 583: ~2 us per wait whatever the path (perf log).
+  const std::vector<Cfg> cfgs = {{0, 0, 0, 1}, {0, 1, 0, 1}, {1, 1, 0, 1}, {3, 1, 0, 1}, {2, 0, 6, 1},
+                                 {2, 1, 6, 1}, {2, 1, 6, 1, 0, 1}, {0, 2, 0, 1}, {0, 1, 0, 1}};
   const char* names[] = {"plain", "staged", "ring", "preload"};
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -289,7 +348,7 @@ int main() {
       CK(cudaMemset(cnt, 0, 4 * (1 + sms)));
       CK(cudaMemset(stats, 0, sizeof(long long) * kStats * sms));
       CK(cudaEventRecord(e0));
-      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats};
+      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats, &tr};
       CK(cudaLaunchCooperativeKernel((void*)boundary_kernel, dim3(sms), dim3(kThreads), args, smem, 0));
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
@@ -308,6 +367,7 @@ int main() {
       }
     printf("%-7s %10d %5d %5d %13.1f %6.3f  | %6.1f (%6.1f) %6.1f (%6.1f) %6.1f (%6.1f)\n", names[c.path], c.boundaries,
            c.slots, c.input, best * 1e3, bytes / (best * 1e-3) / 1e12, mean[0], mx[0], mean[1], mx[1], mean[2], mx[2]);
+    if (c.boundaries == 1 && stragglers(ht, tr, sms) != 0) return 1;
   }
   return 0;
 }
