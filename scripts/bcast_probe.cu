@@ -20,15 +20,11 @@
 #include <vector>
 
 #include "probe_check.cuh"
+#include "probe_ptx.cuh"
 
 constexpr int kThreads = 512;
 constexpr int kMaxBytes = 64 * 1024;
 
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ void grid_barrier(unsigned* ctr, unsigned target) {
   __syncthreads();
@@ -42,10 +38,6 @@ __device__ void grid_barrier(unsigned* ctr, unsigned target) {
   __syncthreads();
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
 
 // mode 0: block 0 writes one vector, every block reads it. mode 1: block b writes the copy of block (b + 1) % G, every
 // block reads its own copy. mode 2: as 0, but the block reads the vector starting at a rotated offset (its lines in a
@@ -76,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1) probe(float4* vecs, unsigned* bar
     // 3-4 issue them before the barrier, 5-6 after it.
     const float4* wsrc = weights + (size_t(r * G + b) % 1024) * (kMaxBytes / 16);
     auto stage_cp = [&]() {
-      for (int i = threadIdx.x; i < kMaxBytes / 16; i += kThreads) cp_async16(stage + i, wsrc + i);
+      for (int i = threadIdx.x; i < kMaxBytes / 16; i += kThreads) cp16(stage + i, wsrc + i);
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
     auto stage_bulk = [&]() {

@@ -12,7 +12,6 @@
 // StageWeights); ring = one producer lane fills a ring of 32 KB slots by bulk copies (TMA) without ever waiting on a
 // dependency (weights do not depend on activations), 15 consumer warps read the slots and pass the boundaries.
 // boundaries 0 = the same bytes without any wait (the bandwidth reference for the path).
-// Repeats a few helpers of decode_kernel.cu / stream_probe.cu on purpose: one standalone nvcc command.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "probe_check.cuh"
+#include "probe_ptx.cuh"
 
 namespace {
 
@@ -32,45 +32,6 @@ __constant__ int kStageKB[kStagesPerLayer] = {96, 64, 512, 256};  // QKV, O, GAT
 constexpr int kStageBytes = 64 * 1024;  // the staged path's first batch
 constexpr int kInputBytes = 8 * 1024;
 
-__device__ __forceinline__ uint32_t sa(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void bar_init(uint64_t* b, uint32_t n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sa(b)) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra W;\n\t}" ::"r"(sa(b)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk(void* d, const void* s, uint32_t n, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(d)),
-               "l"(s), "r"(n), "r"(sa(b))
-               : "memory");
-}
-__device__ __forceinline__ void cp16(void* d, const void* s) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(d)), "l"(s) : "memory");
-}
-__device__ __forceinline__ uint4 ldnc(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void release_add(uint32_t* c) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
-}
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* c) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-  return v;
-}
 // Consumer-warp barrier (the ring's producer warp never joins it).
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
 
@@ -89,13 +50,29 @@ constexpr int kStats = 4;
 constexpr int kAllStages = kLayers * kStagesPerLayer;
 // Trace (%globaltimer, ns) per stage k and block b: [0][k][b] the block's stage k done (before its release),
 // [1][k][b] its wait for stage k passed (k >= 1). The host derives the stragglers from it.
-__device__ __forceinline__ unsigned long long gtimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 extern __shared__ __align__(1024) uint8_t smem[];
+
+// The counter a block's stage release goes to: the grid's (boundaries 1) or the block's own (2).
+__device__ __forceinline__ uint32_t* stage_counter(uint32_t* cnt, const Cfg& c) {
+  return c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x;
+}
+// One thread: the wait of stage k for stage k - 1 (all blocks' or the block's own), timed into the stats and trace.
+__device__ __forceinline__ void wait_stage(uint32_t* cnt, int k, const Cfg& c, long long* stat,
+                                           unsigned long long* tr) {
+  const long long t0 = clock64();
+  const uint32_t want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
+  const uint32_t* ctr = stage_counter(cnt, c);
+  while (ld_acquire(ctr) < want) {
+  }
+  stat[1] += clock64() - t0;
+  tr[(size_t(kAllStages) + k) * gridDim.x + blockIdx.x] = now_ns();
+}
+// One thread: stage k done (traced), then its release.
+__device__ __forceinline__ void end_stage(uint32_t* cnt, int k, const Cfg& c, unsigned long long* tr) {
+  tr[size_t(k) * gridDim.x + blockIdx.x] = now_ns();
+  release_add(stage_counter(cnt, c));
+}
 
 __global__ void __launch_bounds__(kThreads, 1)
     boundary_kernel(const uint8_t* w, size_t per_block, const uint4* input, uint32_t* cnt, Cfg c, float* sink,
@@ -113,13 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const size_t sb = size_t(kStageKB[s]) * 1024;
         if (c.boundaries && k > 0) {
           if (tid == 0) {
-            const long long t0 = clock64();
-            const uint32_t want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
-            uint32_t* ctr = c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x;
-            while (ld_acquire(ctr) < want) {
-            }
-            stat[1] += clock64() - t0;
-            tr[(size_t(kAllStages) + k) * gridDim.x + blockIdx.x] = gtimer();
+            wait_stage(cnt, k, c, stat, tr);
           }
           __syncthreads();
           if (c.input) {
@@ -159,12 +130,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         off += sb;
         __syncthreads();  // the block's stage is done (and the staging buffer free)
-        if (tid == 0) tr[size_t(k) * gridDim.x + blockIdx.x] = gtimer();
+        if (tid == 0) tr[size_t(k) * gridDim.x + blockIdx.x] = now_ns();  // release below, after the staging
         staged = false;
         if (c.path == 1 && k + 1 < kLayers * kStagesPerLayer) {
           // The next stage's first batch, before its wait (the kernel's StageWeights).
           for (int i = tid; i < kStageBytes / 16; i += kThreads) cp16(smem + i * 16, mine + off + size_t(i) * 16);
-          asm volatile("cp.async.commit_group;" ::: "memory");
+          cp_commit();
           staged = true;
         }
         if (c.path == 3 && k + 1 < kLayers * kStagesPerLayer) {
@@ -173,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int u = 0; u < 8; ++u) pv[u] = ldnc(q + tid + u * kThreads);
           pre = true;
         }
-        if (c.boundaries && tid == 0) release_add(c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x);
+        if (c.boundaries && tid == 0) release_add(stage_counter(cnt, c));
       }
     }
     if (acc == 1.2345f) sink[0] = acc;
@@ -218,13 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int st = 0; st < kStagesPerLayer; ++st, ++k) {
       if (c.boundaries && k > 0) {
         if (ct == 0) {
-          const long long t0 = clock64();
-          const uint32_t want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
-          uint32_t* ctr = c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x;
-          while (ld_acquire(ctr) < want) {
-          }
-          stat[1] += clock64() - t0;
-          tr[(size_t(kAllStages) + k) * gridDim.x + blockIdx.x] = gtimer();
+          wait_stage(cnt, k, c, stat, tr);
         }
         consumers_sync(kThreads - 32);
         if (c.input) {
@@ -253,8 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (c.boundaries) {
         consumers_sync(kThreads - 32);
-        if (ct == 0) tr[size_t(k) * gridDim.x + blockIdx.x] = gtimer();
-        if (ct == 0) release_add(c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x);
+        if (ct == 0) end_stage(cnt, k, c, tr);
       }
     }
   }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "probe_check.cuh"
+#include "probe_ptx.cuh"
 
 constexpr int kLayers = 16, kHeads = 8, kHd = 64, kParts = 16, kChunk = 128, kThreads = 512;
 constexpr int kKStride = kHd + 8;  // padded row (elements), as the kernel's kbuf
@@ -34,47 +35,6 @@ struct Cfg {
                   // the chunks in flight instead of spinning) and when the block started on it (ns from the layer start)
 };
 constexpr int kTraceChunks = 16;
-
-__device__ __forceinline__ uint32_t sa(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp16(void* d, const void* s) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(d)), "l"(s) : "memory");
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void bar_init(uint64_t* b, uint32_t n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra W;\n\t}" ::"r"(sa(b)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ bool bar_test(uint64_t* b, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(ok)
-      : "r"(sa(b)), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-__device__ __forceinline__ void bulk(void* d, const void* s, uint32_t n, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(d)),
-               "l"(s), "r"(n), "r"(sa(b))
-               : "memory");
-}
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -95,7 +55,7 @@ __device__ void issue(const Cfg& c, const uint16_t* kc, const uint16_t* vc, int 
       cp16(kb + j * kKStride + q * 8, kc + int64_t(c0) * kHd + i * 8);
       cp16(vb + j * kKStride + q * 8, vc + int64_t(c0) * kHd + i * 8);
     }
-    commit();
+    cp_commit();
   } else if (c.method == 1) {
     if (threadIdx.x == 0) {
       bar_expect(bars + buf, 2 * cn * kHd * 2);
@@ -153,12 +113,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int nn = n + c.depth - 1;  // the chunk whose copies go out now (its buffer was freed last iteration)
         if (c.method == 0) {
           if (nn < nch) issue(c, kc, vc, chunk_at(nn), len_at(nn), nn % c.depth, bars);
-          else commit();  // an empty group keeps wait_group's count uniform
+          else cp_commit();  // an empty group keeps wait_group's count uniform
           // Chunk n is the oldest of depth groups in flight.
-          if (c.depth == 2) wait_group<1>();
-          else if (c.depth == 3) wait_group<2>();
-          else if (c.depth == 4) wait_group<3>();
-          else wait_group<5>();
+          if (c.depth == 2) cp_wait_group<1>();
+          else if (c.depth == 3) cp_wait_group<2>();
+          else if (c.depth == 4) cp_wait_group<3>();
+          else cp_wait_group<5>();
         } else {
           if (nn < nch) issue(c, kc, vc, chunk_at(nn), len_at(nn), nn % c.depth, bars);
           const int bi = n % c.depth;

@@ -13,9 +13,8 @@
 // what the kernel has and the plain probe has not: other shared memory before the ring (pad), a cooperative launch,
 // fences around the release, generic stage reads, a generic (not shared-space) release atomic.
 // Results (H200, session 5): docs/perf-log.md v19.
-// It repeats a few of decode_kernel.cu's helpers (mbarrier and bulk-copy wrappers, dot8) on purpose: the probe is one
-// standalone nvcc command without the kernel's headers, so it measures the mechanism in isolation (as
-// latency_probe.cu does).
+// Its PTX wrappers come from probe_ptx.cuh and it repeats decode_kernel.cu's dot8 on purpose: the probe is one
+// standalone nvcc command without the kernel's headers, so it measures the mechanism in isolation.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,23 +22,8 @@
 #include <vector>
 
 #include "probe_check.cuh"
+#include "probe_ptx.cuh"
 
-__device__ __forceinline__ uint32_t sa(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void bar_init(uint64_t* b, uint32_t n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sa(b)) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra W;\n\t}" ::"r"(sa(b)),
-      "r"(parity)
-      : "memory");
-}
 __device__ __forceinline__ void copy(void* d, const void* s, uint32_t n, uint64_t* b, int evict) {
   if (evict) {
     uint64_t pol;
