@@ -298,29 +298,22 @@ int main() {
   const std::vector<Cfg> cfgs = {{0, 0, 0, 1}, {0, 1, 0, 1}, {1, 1, 0, 1}, {3, 1, 0, 1}, {2, 0, 6, 1},
                                  {2, 1, 6, 1}, {2, 1, 6, 1, 0, 1}, {0, 2, 0, 1}, {0, 1, 0, 1}};
   const char* names[] = {"plain", "staged", "ring", "preload"};
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   printf("path    boundaries slots input  us/layer-set   TB/s  | us per block, mean (max): producer blocked, poll, "
          "waiting for bytes   (%d blocks, %.2f GB, %d stages)\n", sms, bytes / 1e9, kLayers * kStagesPerLayer);
   int khz = 0;
   CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
   for (const Cfg& c : cfgs) {
     const int smem = c.path == 2 ? c.slots * (c.slot ? c.slot : 32 * 1024) + c.slots * 16 : kStageBytes;
-    float best = 1e9f;
-    for (int r = 0; r < 5; ++r) {
-      CK(cudaMemset(cnt, 0, 4 * (1 + sms)));
-      CK(cudaMemset(stats, 0, sizeof(long long) * kStats * sms));
-      CK(cudaEventRecord(e0));
+    float best;
+    const auto reset = [&] {
+      const cudaError_t e = cudaMemset(cnt, 0, 4 * (1 + sms));
+      return e != cudaSuccess ? e : cudaMemset(stats, 0, sizeof(long long) * kStats * sms);
+    };
+    const auto launch = [&] {
       void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats, &tr};
-      CK(cudaLaunchCooperativeKernel((void*)boundary_kernel, dim3(sms), dim3(kThreads), args, smem, 0));
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r > 0 && ms < best) best = ms;
-    }
+      return cudaLaunchCooperativeKernel((void*)boundary_kernel, dim3(sms), dim3(kThreads), args, smem, 0);
+    };
+    if (best_ms(5, reset, launch, &best)) return 1;
     CK(cudaMemcpy(hs.data(), stats, sizeof(long long) * kStats * sms, cudaMemcpyDeviceToHost));  // the last run's
     double mean[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
     for (int b = 0; b < sms; ++b)

@@ -215,25 +215,16 @@ int main() {
             if (ctx == 4096 && (depth > 2 || work == 500 || work == 2000)) continue;
             cfgs.push_back({method, depth, 0, work, ctx, 16384 + 256, kind, 0});
           }
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   printf("ctx max_len method depth rotate work_ns kind   us/layer  TB/s(K+V)\n");
   for (const Cfg& c : cfgs) {
     const int padded = c.method != 1;
     const int smem = 64 + c.depth * 2 * kChunk * (padded ? kKStride : kHd) * 2;
-    float best = 1e9f;
-    for (int r = 0; r < 5; ++r) {
-      CK(cudaMemset(arrive, 0, 4));
-      CK(cudaEventRecord(e0));
+    float best;
+    const auto launch = [&] {
       kv_kernel<<<sms, kThreads, smem>>>(kc, vc, c, arrive, sink, trace);
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms = 0.f;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r > 0 && ms < best) best = ms;
-    }
+      return cudaPeekAtLastError();
+    };
+    if (best_ms(5, [&] { return cudaMemset(arrive, 0, 4); }, launch, &best)) return 1;
     const double us = best * 1000.0 / kLayers;
     const double bytes = 2.0 * kHeads * c.ctx * kHd * 2;  // K and V of one layer
     printf("%5d %7d %6d %5d %6d %7d %4d  %9.2f  %8.2f\n", c.ctx, c.max_len, c.method, c.depth, c.rotate, c.work_ns, c.work_kind, us,

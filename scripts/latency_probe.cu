@@ -13,6 +13,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "probe_ptx.cuh"
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -21,29 +23,9 @@ constexpr int kChain = 16;          // dependent loads per latency sample
 constexpr int kTableWords = 1024;   // per-block chase table (4 KB, stays in L2)
 constexpr int kMaxSamples = 4096;
 
-// The same instructions as the decode kernel's ld_weight / ld_acquire / global_ns (csrc/cuda/decode_kernel.cu), written
-// again on purpose: moving the kernel's copies into a shared header changed the kernel's register allocation (ptxas
-// 96 -> 136 B stack, 12/20 -> 64/120 B spills, 2026-11-30), and such changes cost 1-3% (docs/perf-log.md v7).
-__device__ __forceinline__ uint4 ld_nc(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
+// The decode kernel's ld_weight / ld_acquire / global_ns are the instructions of probe_ptx.cuh's ldnc / ld_acquire /
+// now_ns; the kernel keeps its own copies (moving them into a shared header changed its register allocation: ptxas
+// 96 -> 136 B stack, 12/20 -> 64/120 B spills, 2026-11-30; such changes cost 1-3%, docs/perf-log.md v7).
 // Quiet blocks (every quiet_mod-th; none when quiet_mod <= 0) stream nothing and only time round trips.
 __host__ __device__ inline bool quiet_block(int b, int quiet_mod) { return quiet_mod > 0 && b % quiet_mod == 0; }
 inline int quiet_blocks(int blocks, int quiet_mod) { return quiet_mod > 0 ? (blocks + quiet_mod - 1) / quiet_mod : 0; }
@@ -66,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int64_t c = int64_t(warp) * 32 * U + lane; c + (U - 1) * 32 < chunks_per_block; c += step) {
           uint4 v[U > 0 ? U : 1];
 #pragma unroll
-          for (int u = 0; u < U; ++u) v[u] = ld_nc(base + c + u * 32);
+          for (int u = 0; u < U; ++u) v[u] = ldnc(base + c + u * 32);
 #pragma unroll
           for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
           // The next batch's address depends on this batch's data (the added term is always 0: the buffer is
@@ -91,10 +73,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     while (n < kMaxSamples && (U == 0 ? n < 256
                                       : quiet ? atomicAdd(gdone, 0) < busy_warps
                                               : atomicAdd(&done, 0) < kStreamWarps)) {
-      const uint64_t t0 = global_ns();
+      const uint64_t t0 = now_ns();
 #pragma unroll 1
       for (int k = 0; k < kChain; ++k) idx = ld_acquire(t + (idx & (kTableWords - 1)));
-      const uint64_t t1 = global_ns();
+      const uint64_t t1 = now_ns();
       out[n++] = float(t1 - t0) / kChain;
     }
     nsamples[blockIdx.x] = n;

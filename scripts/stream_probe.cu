@@ -237,28 +237,19 @@ int main() {
       {1, 4, 32768, 32768, 1, 0, 0, 1},                      {0, 3, 16384, 16384, 0, 0, 0, 1},
       {0, 2, 65536, 65536, 0, 0, 0, 1},                      {0, 4, 32768, 4096, 0, 0, 0, 1},
   };
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   printf("mode stages stage_KB piece_KB read evict interleave split pad_KB coop fence gen gatom   TB/s   ms\n");
   for (const Cfg& c : cfgs) {
     const int smem = c.mode == 2 ? 0 : c.pad + c.stages * c.sb + c.stages * 16 + c.stages * 4;
-    float best = 1e9f;
-    for (int r = 0; r < 4; ++r) {
-      CK(cudaEventRecord(e0));
+    float best;
+    const auto launch = [&] {
       if (c.coop) {
         void* args[] = {&buf, (void*)&per_block, (void*)&c, &sink};
-        CK(cudaLaunchCooperativeKernel((void*)stream_kernel, dim3(sms), dim3(512), args, smem, 0));
-      } else {
-        stream_kernel<<<sms, 512, smem>>>(buf, per_block, c, sink);
+        return cudaLaunchCooperativeKernel((void*)stream_kernel, dim3(sms), dim3(512), args, smem, 0);
       }
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r > 0 && ms < best) best = ms;
-    }
+      stream_kernel<<<sms, 512, smem>>>(buf, per_block, c, sink);
+      return cudaPeekAtLastError();
+    };
+    if (best_ms(4, [] { return cudaSuccess; }, launch, &best)) return 1;
     printf("%4d %6d %8d %8d %4d %5d %10d %5d %6d %4d %5d %3d %5d %6.3f %6.3f\n", c.mode, c.stages, c.sb / 1024,
            c.piece / 1024, c.read, c.evict, c.interleave, c.split, c.pad / 1024, c.coop, c.fence, c.gen, c.gatom,
            bytes / (best * 1e-3) / 1e12, best);
