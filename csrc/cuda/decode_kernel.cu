@@ -2690,9 +2690,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
   __shared__ int64_t s_tok;
   const int tid = threadIdx.x;
   const int32_t worker = blockIdx.x;
-  // Only the stream's instantiation sees its bit (the others never run with it): its layout code is dead there.
-  const SmemLayout L =
-      smem_layout(p.h, kStream ? OPT(p) : (OPT(p) & ~kOptStream), p.stream_stages, p.stream_stage_bytes);
+  // The launch filled it for this instantiation (launch_cooperative): constant-bank reads, no registers held. The flag
+  // variant computes its own: with the parameter it ran SmolLM2 2.6% slower (perf log, session 16), and it had no
+  // spills to remove.
+#ifdef TILES_FLAGS
+  const SmemLayout L = smem_layout(p.h, OPT(p) & ~kOptStream, p.stream_stages, p.stream_stage_bytes);
+#else
+  const SmemLayout& L = p.layout;
+#endif
 
   if (tid == 0) {
     int bad = 0;
@@ -3025,8 +3030,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
 
 namespace {
 // A cooperative launch of one instantiation: num_workers blocks, all co-resident, the layout's shared memory.
+// The kernel's layout goes in its parameters: the stream's instantiation with every option bit, the others without
+// kOptStream's (which they never run with: their layout code for it was dead).
 template <typename Kernel>
-cudaError_t launch_cooperative(const KernelParams& p, Kernel kernel, cudaStream_t stream) {
+cudaError_t launch_cooperative(const KernelParams& p0, Kernel kernel, cudaStream_t stream, bool stream_inst = false) {
+  KernelParams p = p0;
+  p.layout = smem_layout(p.h, stream_inst ? p.opt : (p.opt & ~kOptStream), p.stream_stages, p.stream_stage_bytes);
   const SmemLayout L = smem_layout(p.h, p.opt, p.stream_stages, p.stream_stage_bytes);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.h.num_workers);
@@ -3126,7 +3135,7 @@ cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool gener
   if (p.opt == decode_default_opt() && !generic && p.prefetch_bytes <= 0 && default_variant_fits(p.h))
     return decode_default_launch(p, stream);
   if (p.opt & kOptWeightRing) return launch_cooperative(p, decode_kernel<true, false, false, false>, stream);
-  if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream);
+  if (p.opt & kOptStream) return launch_cooperative(p, decode_kernel<false, false, false, true>, stream, true);
   if (stage_ahead(p.opt)) return launch_cooperative(p, decode_kernel<false, true, false, false>, stream);
   if (p.opt & (kOptPollPrefetch | kOptPrefetchAfterAttn | kOptPollAhead))
     return launch_cooperative(p, decode_kernel<false, false, true, false>, stream);

@@ -176,6 +176,39 @@ constexpr int kPlanRecWaits = 2;
 constexpr int kPlanRecWords = kTileWords + kPlanRecWaits * kWaitWords;
 static_assert(kPlanRecWords % 4 == 0, "plan records are read as 16-byte vectors");
 
+// Dynamic shared memory layout (bytes), identical on host (sizing) and device (carving).
+struct SmemLayout {
+  int32_t vec;      // bf16 input vector of a matvec tile [max_in]
+  int32_t red;      // fp32 partials of k-split rows [2 * kWarps]
+  int32_t qf;       // fp32 rotated q [G][hd + 4] (padded: the G heads' rows start in different banks)
+  int32_t of;       // fp32 running o [G * hd]
+  int32_t opart;    // fp32 o partials of the position groups [splits * G * hd]
+  int32_t ml;       // fp32 m, l, alpha per head [4 * G]
+  int32_t cs;       // fp32 cos, sin [hd]
+  int32_t sc;       // fp32 scores / probabilities [chunk * G]
+  int32_t kbuf;     // bf16 K chunk [chunk][hd + 8] (padded against bank conflicts)
+  int32_t vbuf;     // bf16 V chunk [chunk][attn_vstride(hd)]
+  int32_t kbuf2;    // kOptAttnDoubleBuffer: second K chunk (as kbuf); -1 when off or it does not fit
+  int32_t vbuf2;    // kOptAttnDoubleBuffer: second V chunk (as vbuf); -1 when off or it does not fit
+  int32_t msf;      // fp32 merge scale factors [G * P]
+  int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
+  int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
+  int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; kOptWeightRing: one per slot; else empty
+  int32_t rcur;     // kOptWeightRing: two cursors per warp (ring, L2 look-ahead) [kWarps][2][kRingCurWords]
+  int32_t sring;    // kOptStream: the ring [sstages][sstage_bytes], then StreamSlot records [sstages]
+  int32_t sslots;
+  int32_t sstages;  // 0 when the stream is off or fewer than two stages fit
+  int32_t sstage_bytes;
+  int32_t sdesc;    // kOptStream: the worker's stage table [sdesc_cap] (8 bytes per stage of a step), last
+  int32_t sdesc_cap;  // 0: no room (the stream then walks the tile records per fill)
+  int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
+  int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
+  int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
+  int32_t total;
+  int32_t chunk;    // positions per attention chunk
+  int32_t splits;   // position groups of the o update
+};
+
 // Everything the kernel reads, passed BY VALUE (one struct kernel parameter): a CUDA graph that captures the
 // launch needs no host-to-device copy, and replays see the same pointers.
 struct KernelParams {
@@ -225,6 +258,11 @@ struct KernelParams {
   const uint16_t* weights[kMaxWeights];  // bf16 bit patterns, plan weight order
   uint16_t* k_cache[kMaxLayers];         // per layer [num_kv_heads, max_cache_len, head_dim] bf16
   uint16_t* v_cache[kMaxLayers];
+  // smem_layout of the launched instantiation, filled by the launch (launch_cooperative): the kernel reads the
+  // offsets from the parameter (constant) bank where it uses them. Computed in the kernel, ~20 of them stayed live
+  // in registers for the whole launch, and at the 128-register bound the allocator spilled some into the tile loop
+  // (perf log, session 16).
+  SmemLayout layout;
 };
 // Stream trace columns: the fill's issue, the stage's op, the issuing lane's preparation done and its warp; per
 // warp: its (last) wait done, its arithmetic begun and ended (warps with an item in the stage), its release.
@@ -240,38 +278,6 @@ constexpr int32_t kStreamTraceIssueNs = 4 + 4 * kWarps;  // %globaltimer at the 
 constexpr int32_t kStreamTraceCols = 5 + 4 * kWarps;
 static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
-// Dynamic shared memory layout (bytes), identical on host (sizing) and device (carving).
-struct SmemLayout {
-  int32_t vec;      // bf16 input vector of a matvec tile [max_in]
-  int32_t red;      // fp32 partials of k-split rows [2 * kWarps]
-  int32_t qf;       // fp32 rotated q [G][hd + 4] (padded: the G heads' rows start in different banks)
-  int32_t of;       // fp32 running o [G * hd]
-  int32_t opart;    // fp32 o partials of the position groups [splits * G * hd]
-  int32_t ml;       // fp32 m, l, alpha per head [4 * G]
-  int32_t cs;       // fp32 cos, sin [hd]
-  int32_t sc;       // fp32 scores / probabilities [chunk * G]
-  int32_t kbuf;     // bf16 K chunk [chunk][hd + 8] (padded against bank conflicts)
-  int32_t vbuf;     // bf16 V chunk [chunk][attn_vstride(hd)]
-  int32_t kbuf2;    // kOptAttnDoubleBuffer: second K chunk (as kbuf); -1 when off or it does not fit
-  int32_t vbuf2;    // kOptAttnDoubleBuffer: second V chunk (as vbuf); -1 when off or it does not fit
-  int32_t msf;      // fp32 merge scale factors [G * P]
-  int32_t rsd;      // fp32 residual rows of a RESID tile [hidden] (kOptResidSmem)
-  int32_t stage;    // staged weight batches [kWarps][kStageBytesPerWarp] (kOptStageWeights / kOptBulkStage)
-  int32_t bars;     // kOptBulkStage: one mbarrier (8 bytes) per warp; kOptWeightRing: one per slot; else empty
-  int32_t rcur;     // kOptWeightRing: two cursors per warp (ring, L2 look-ahead) [kWarps][2][kRingCurWords]
-  int32_t sring;    // kOptStream: the ring [sstages][sstage_bytes], then StreamSlot records [sstages]
-  int32_t sslots;
-  int32_t sstages;  // 0 when the stream is off or fewer than two stages fit
-  int32_t sstage_bytes;
-  int32_t sdesc;    // kOptStream: the worker's stage table [sdesc_cap] (8 bytes per stage of a step), last
-  int32_t sdesc_cap;  // 0: no room (the stream then walks the tile records per fill)
-  int32_t ptab;     // kOptPlanSmem: buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
-  int32_t prec;     // kOptPlanSmem: the worker's tile records [tiles_cap][kPlanRecWords]
-  int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
-  int32_t total;
-  int32_t chunk;    // positions per attention chunk
-  int32_t splits;   // position groups of the o update
-};
 
 // kOptStageAhead takes effect with 4 and without 128 and the ring (which own the stage then).
 #if defined(__CUDACC__)
