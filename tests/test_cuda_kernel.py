@@ -568,6 +568,31 @@ def test_flag_and_counter_handoffs_are_bit_identical():
     assert TileRuntime(wide, DEV).handoff == "counters"
 
 
+def test_o_staging_pace_is_bit_identical_and_bounded(monkeypatch):
+    """v48: an o-projection tile after an ATTN tile stages its warps' batches TILES_PACE_O_CYCLES apart (default
+    200). Pacing moves when bytes arrive, never what is computed: none, the default and an extreme pace give the same
+    logits, tokens and K/V rows on the counter kernel (the one that paces), from a context inside one attention chunk
+    and across partitions. A pace outside 0..100000 is refused by name."""
+    cfg, model, plan, ids, cache = _llama_small_bound()
+    k, v = kv(cache)
+    kv0 = [x.clone() for x in k + v]
+    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
+    out = {}
+    for pace in ("0", None, "5000"):
+        if pace is None:
+            monkeypatch.delenv("TILES_PACE_O_CYCLES", raising=False)
+        else:
+            monkeypatch.setenv("TILES_PACE_O_CYCLES", pace)
+        for pos in (pos0, 150):
+            _, out[pace, pos] = _launch_from(model, plan, "counters", k, v, kv0, tok0, pos, 12)
+    for pos in (pos0, 150):
+        for pace in (None, "5000"):
+            _assert_same_bits(out["0", pos], out[pace, pos], f"pace {pace or 'default'} at pos {pos}")
+    monkeypatch.setenv("TILES_PACE_O_CYCLES", "100001")
+    with pytest.raises(RuntimeError, match="TILES_PACE_O_CYCLES"):
+        _launch_from(model, plan, "counters", k, v, kv0, tok0, pos0, 1)
+
+
 def test_merge_next_skip_is_bit_identical():
     """v44: a partition-0 ATTN tile marked "MERGE next" (out_offset 1) keeps its partials in shared memory while it
     holds every position. Same plan with and without the marks, both hand-offs, a launch that crosses attn_single

@@ -2477,7 +2477,8 @@ template <bool kExp, bool kStream>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
                          unsigned long long* times, BulkCtx* bc, RingCtx* ring, uint8_t* ahead, bool ahead_pending,
-                         PollCursor* pc, bool local_merge, const StreamCtx* stream, uint32_t& stream_n) {
+                         PollCursor* pc, bool local_merge, const StreamCtx* stream, uint32_t& stream_n,
+                         bool after_attn) {
   const int tid = threadIdx.x;
 #if TILES_TILE_TIMING
   if (tid == 0) g_tile_times = times;
@@ -2498,7 +2499,19 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     stage = !kStream && (OPT(p) & kOptStageWeights) && !bulk && bc == nullptr && ring == nullptr && is_matvec
                 ? smem + L.stage
                 : nullptr;
-    if (stage != nullptr) stage_first_batch(p, t, stage);
+    if (stage != nullptr) {
+      // v48 (TILES_PACE_O_CYCLES): an o-projection tile after an ATTN tile waits for the attention chain (~5 us at
+      // short context), so its warps can issue their batches one after another instead of at once: the burst no
+      // longer fills L2's queues while MERGE stores and releases (perf log, session 17: without O's staging MERGE's
+      // span fell 2.1 -> 1.5 us). Warp w issues w x pace_cycles after the tile starts.
+      if (!kFlags && after_attn && p.pace_cycles > 0 && t.op == kOpResid &&
+          weight_cols(p, t.weight) != p.h.intermediate) {
+        const long long t0 = clock64(), d = static_cast<long long>(threadIdx.x >> 5) * p.pace_cycles;
+        while (clock64() - t0 < d) {
+        }
+      }
+      stage_first_batch(p, t, stage);
+    }
   }
   if (bulk && bc->armed != bc->k) {
     // Not staged by the previous matvec tile (the step's first one): stage it now, before the wait. The copy engine
@@ -2898,6 +2911,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
                            p.h.attn_single, &lo0, &hi0);
       attn0_all = hi0 >= sc.pos + 1;
     }
+    bool after_attn = false;  // the previous tile of this worker was an ATTN tile (TILES_PACE_O_CYCLES)
     for (int32_t k = tbeg; k < tend; ++k) {
       const int32_t* rec;
       const Tile t = tile_k(k, &rec);
@@ -2995,13 +3009,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
       }
       if (!run_tile<kPoll, kStream>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times,
                                     bulk ? &bc : nullptr, ring, ahead, ahead_pending, pc, local_merge, stream,
-                                    stream_n)) {
+                                    stream_n, after_attn)) {
         if (kAhead) cp_async_wait_all();  // the next tile's batch may be in flight
         bulk_consume(p, bc);  // no copy may land in a block that has exited
         if (use_ring) ring_drain(p, rg);
         if (use_stream) stream_drain(p, stc);
         return;
       }
+      after_attn = t.op == kOpAttn;
     }
   }
 

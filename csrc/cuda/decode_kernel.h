@@ -263,6 +263,7 @@ struct KernelParams {
   // in registers for the whole launch, and at the 128-register bound the allocator spilled some into the tile loop
   // (perf log, session 16).
   SmemLayout layout;
+  int32_t pace_cycles;  // v48: an o-projection tile after an ATTN tile stages warp w's batch w x this late (cycles)
 };
 // Stream trace columns: the fill's issue, the stage's op, the issuing lane's preparation done and its warp; per
 // warp: its (last) wait done, its arithmetic begun and ended (warps with an item in the stage), its release.
