@@ -123,7 +123,8 @@ def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0, handoff="count
                 P(tokens.data_ptr()), ctypes.c_int(steps), ctypes.c_int(opt), ctypes.c_int(prefetch),
                 P(times.data_ptr()), ctypes.c_int(stride))
         if rc != 0:
-            raise RuntimeError(f"tiles_timing_run returned {rc}")
+            why = {-5: ": TILES_PACE_O_CYCLES is outside 0..100000"}.get(rc, "")
+            raise RuntimeError(f"tiles_timing_run returned {rc}{why}")
         check_state(rt.state, plan)
     T = times.view(steps, W, stride, TILE_TIMES).cpu().numpy().astype(np.int64)
     if trace is not None:

@@ -66,6 +66,9 @@ extern "C" int tiles_timing_run(const int32_t* plan, const int32_t* header_words
   p.poll_gap = 0;
   if (const char* a = std::getenv("TILES_POLL_GAP")) p.poll_gap = std::atoi(a);
   if (const char* a = std::getenv("TILES_POLL_FENCE")) p.poll_fence = std::atoi(a) != 0;
+  p.pace_cycles = kPaceOCyclesDefault;  // v48, as the op sets it
+  if (const char* a = std::getenv("TILES_PACE_O_CYCLES")) p.pace_cycles = std::atoi(a);
+  if (p.pace_cycles < 0 || p.pace_cycles > kPaceOCyclesMax) return -5;
   if (const char* a = std::getenv("TILES_STREAM_STAGES")) p.stream_stages = std::atoi(a);
   if (const char* a = std::getenv("TILES_STREAM_STAGE_BYTES")) p.stream_stage_bytes = std::atoi(a);
   if (const char* a = std::getenv("TILES_STREAM_PROBE")) p.stream_probe = std::atoi(a);  // as the op reads it

@@ -265,6 +265,10 @@ struct KernelParams {
   SmemLayout layout;
   int32_t pace_cycles;  // v48: an o-projection tile after an ATTN tile stages warp w's batch w x this late (cycles)
 };
+// v48's default pace (TILES_PACE_O_CYCLES overrides it; the op and the timing build read it the same way): 200
+// measured best at ctx 32 against 0, 100-250 and 400 (perf log, session 17).
+constexpr int32_t kPaceOCyclesDefault = 200;
+constexpr int32_t kPaceOCyclesMax = 100000;
 // Stream trace columns: the fill's issue, the stage's op, the issuing lane's preparation done and its warp; per
 // warp: its (last) wait done, its arithmetic begun and ended (warps with an item in the stage), its release.
 constexpr int32_t kStreamTraceIssue = 0;

@@ -304,10 +304,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   p.timeout_ns = static_cast<uint64_t>(env_int("TILES_WAIT_TIMEOUT_MS", 2000)) * 1000000ull;
   {
     // v48 (perf log, session 17): the o projection's staging, after an ATTN tile, paced warp by warp so that its
-    // burst does not queue ahead of MERGE's stores and release. 200 measured best at ctx 32 (0, 100-250, 400).
-    const int64_t pace = env_int("TILES_PACE_O_CYCLES", 200);
-    TORCH_CHECK(pace >= 0 && pace <= 100000, "tiles::decode_step (CUDA): TILES_PACE_O_CYCLES=", pace,
-                " is outside 0..100000");
+    // burst does not queue ahead of MERGE's stores and release.
+    const int64_t pace = env_int("TILES_PACE_O_CYCLES", cuda::kPaceOCyclesDefault);
+    TORCH_CHECK(pace >= 0 && pace <= cuda::kPaceOCyclesMax, "tiles::decode_step (CUDA): TILES_PACE_O_CYCLES=", pace,
+                " is outside 0..", cuda::kPaceOCyclesMax);
     p.pace_cycles = static_cast<int32_t>(pace);
   }
   // Default L2 prefetch window: none when StageWeights / BulkStage copies the first batches before the wait (the
