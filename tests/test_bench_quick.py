@@ -125,6 +125,25 @@ def test_markdown_table_and_file_names():
     assert report.base_name(res["meta"]) == "bench-20261130-0000-abc1234-nvidia-h200"
 
 
+def test_commit_label_says_dirty_when_tracked_files_differ_from_head(tmp_path):
+    """Results are named by the commit that produced them; a tree whose files are not HEAD's (edits, or a copy whose
+    .git is older than its files) gets "-dirty", and a tree without git "unknown"."""
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    run("init", "-q")
+    (tmp_path / "f.txt").write_text("a\n")
+    run("add", "f.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()
+    (tmp_path / "untracked.txt").write_text("x\n")  # untracked files do not change what was measured
+    assert report.git_commit(tmp_path) == head
+    (tmp_path / "f.txt").write_text("b\n")
+    assert report.git_commit(tmp_path) == head + "-dirty"
+    bare = tmp_path.parent / (tmp_path.name + "-nogit")  # beside the repository, not inside it
+    bare.mkdir()
+    assert report.git_commit(bare) == "unknown"
+
+
 def test_readme_block_is_added_then_replaced_in_place(tmp_path):
     res = _result()
     readme = tmp_path / "README.md"

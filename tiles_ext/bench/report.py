@@ -15,10 +15,17 @@ README_END = "<!-- results:end -->"
 
 
 def git_commit(repo: Path) -> str:
+    """HEAD's short hash, with "-dirty" when tracked files differ from it: a copy of the tree whose .git is older than
+    its files (the device machine's, session 17) then says so instead of naming the older commit."""
+    def git(*args):
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() if out.returncode == 0 else None
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
-                             timeout=10)
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+        head = git("rev-parse", "--short", "HEAD")
+        if not head:
+            return "unknown"
+        changed = git("status", "--porcelain", "--untracked-files=no")
+        return head + ("-dirty" if changed else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
