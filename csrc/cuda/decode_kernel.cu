@@ -28,6 +28,12 @@ namespace cuda {
 // can read the kOptPlanSmem tables at offset 0 without being handed the layout.
 extern __shared__ __align__(16) uint8_t g_smem[];
 
+// TILES_ATTN_SPLIT (timing builds, through TILES_TIMING_DEFINES; perf log, session 17's Next): where an ATTN tile's
+// "inputs" phase ends. 0: after the first chunk's K/V rows have landed (the default); 1: after q, the new row and
+// their barrier; 2: when thread 0's q elements have arrived (its loop used them).
+#ifndef TILES_ATTN_SPLIT
+#define TILES_ATTN_SPLIT 0
+#endif
 // TILES_TILE_TIMING builds: the current tile's timestamps (thread 0 writes the pointer and the marks), so that the
 // phase marks inside attn_tile / merge_tile need no parameter. The product build compiles the marks to nothing.
 #if TILES_TILE_TIMING
@@ -1887,6 +1893,9 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     qf[g * (hd + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
     of[i] = 0.f;
   }
+#if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 2
+  TILES_MARK(kTimePhase1);
+#endif
   if (tid < G) {
     ml[tid] = -INFINITY;
     ml[G + tid] = 0.f;
@@ -1927,6 +1936,9 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     if (!first_local) __threadfence();
   }
   __syncthreads();
+#if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 1
+  TILES_MARK(kTimePhase1);
+#endif
   if (lo >= hi) TILES_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
   ATTN_PROF(0);
 
@@ -2002,7 +2014,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       *reinterpret_cast<uint4*>(vb + j * attn_vstride(hd) + c * 8) = vv;
     }
     __syncthreads();
-    if (c0 == lo) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row and the first chunk's K/V rows
+    if (c0 == lo && TILES_ATTN_SPLIT == 0) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row, first chunk
     ATTN_PROF(2);
 #if TILES_ATTN_WARPS
     if (warp_ok) {
