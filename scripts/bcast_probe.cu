@@ -25,20 +25,6 @@
 constexpr int kThreads = 512;
 constexpr int kMaxBytes = 64 * 1024;
 
-
-__device__ void grid_barrier(unsigned* ctr, unsigned target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-    unsigned v;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-    } while (int(v - target) < 0);
-  }
-  __syncthreads();
-}
-
-
 // mode 0: block 0 writes one vector, every block reads it. mode 1: block b writes the copy of block (b + 1) % G, every
 // block reads its own copy. mode 2: as 0, but the block reads the vector starting at a rotated offset (its lines in a
 // different order from its neighbours').

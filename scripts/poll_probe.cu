@@ -39,16 +39,6 @@ __device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* c) {
   return v;
 }
 
-__device__ void grid_barrier(uint32_t* ctr, uint32_t target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    release_add(ctr);
-    while (static_cast<int32_t>(ld_acquire(ctr) - target) < 0) {
-    }
-  }
-  __syncthreads();
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     probe(uint32_t* bar, uint32_t* flag, uint64_t* out, const uint8_t* weights, Mode m, int delay_ns, int rounds,
           uint32_t bar_base, uint32_t flag_base) {

@@ -1,6 +1,7 @@
 // The device probes' (scripts/*_probe.cu) PTX wrappers: cp.async, mbarriers, 1-D bulk copies (TMA), the loads and
-// release / acquire of a hand-off, %globaltimer. The probes measure mechanisms in isolation, so they do not include
-// the decode kernel's headers (csrc/cuda/decode_kernel.cu has its own wrappers of the same instructions).
+// release / acquire of a hand-off, a grid barrier, %globaltimer. The probes measure mechanisms in isolation, so they
+// do not include the decode kernel's headers (csrc/cuda/decode_kernel.cu has its own wrappers of the same
+// instructions).
 #pragma once
 #include <stdint.h>
 
@@ -63,4 +64,16 @@ __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// Every block of a cooperative grid: thread 0 adds 1 to ctr (release) and polls it (acquire) until it reaches
+// target (the caller's running count of arrivals); the block barriers around it hold the other threads.
+__device__ __forceinline__ void grid_barrier(uint32_t* ctr, uint32_t target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    release_add(ctr);
+    while (static_cast<int32_t>(ld_acquire(ctr) - target) < 0) {
+    }
+  }
+  __syncthreads();
 }
