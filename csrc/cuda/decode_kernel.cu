@@ -30,7 +30,9 @@ extern __shared__ __align__(16) uint8_t g_smem[];
 
 // TILES_ATTN_SPLIT (timing builds, through TILES_TIMING_DEFINES; perf log, session 17's Next): where an ATTN tile's
 // "inputs" phase ends. 0: after the first chunk's K/V rows have landed (the default); 1: after q, the new row and
-// their barrier; 2: when thread 0's q elements have arrived (its loop used them).
+// their barrier; 2: when thread 0's q elements have arrived (its loop used them); 3: when thread 0's own prestaged
+// K/V copies have landed (its cp.async wait, before the barrier that waits for everyone's: session 18's split put
+// 0.42 us between 1 and 0, for rows issued ~6 us earlier).
 #ifndef TILES_ATTN_SPLIT
 #define TILES_ATTN_SPLIT 0
 #endif
@@ -2005,6 +2007,9 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       }
     } else if (prestaged && c0 == lo) {
       cp_async_wait_all();  // this thread's staged rows; the barrier below publishes everyone's
+#if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 3
+      TILES_MARK(kTimePhase1);
+#endif
     } else
     for (int i = tid; i < cn * cpr; i += kThreads) {
       const int j = i / cpr, c = i - j * cpr;
