@@ -161,6 +161,8 @@ TOOL_BUILDS = {
                                                                        "-DTILES_ATTN_SPLIT=2"]),
     "tile_timing_attn_split3": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
                                                                        "-DTILES_ATTN_SPLIT=3"]),
+    "tile_timing_attn_landing": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
+                                                                        "-DTILES_ATTN_LANDING"]),
     # The flag-hand-off variant as the timing tool links it (scripts/tile_timing.py).
     "tile_timing_flags": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_TILE_TIMING=1"]),
     # The flag kernel at the counter kernel's kUnroll (setup.py TILES_FLAGS_KUNROLL=4; its default is 3).

@@ -15,8 +15,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#if defined(TILES_ATTN_PROFILE)
-#include <stdio.h>  // the ATTN profile's printf (timing builds only)
+#if defined(TILES_ATTN_PROFILE) || defined(TILES_ATTN_LANDING)
+#include <stdio.h>  // the ATTN profile's and landing trace's printf (timing builds only)
 #endif
 
 #include "cuda/decode_kernel.h"
@@ -41,6 +41,12 @@ extern __shared__ __align__(16) uint8_t g_smem[];
 #if TILES_TILE_TIMING
 namespace {
 __shared__ unsigned long long* g_tile_times;
+#ifdef TILES_ATTN_LANDING
+// TILES_ATTN_LANDING (timing builds, through TILES_TIMING_DEFINES; perf log session 18, Next item 1): per warp, the
+// latest time one of its threads returned from the prestaged chunk's cp.async wait. The partition-0 ATTN tile of KV
+// head 0 in the last layer prints it, with when the tile started and when its wait ended.
+__shared__ unsigned long long g_land[kWarps];
+#endif
 }
 #define TILES_MARK(i)                                                                          \
   do {                                                                                         \
@@ -2010,6 +2016,14 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
 #if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 3
       TILES_MARK(kTimePhase1);
 #endif
+#if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
+      {
+        const unsigned long long now = global_ns();
+        if (lane == 0) g_land[warp] = 0;
+        __syncwarp();
+        atomicMax(&g_land[warp], now);
+      }
+#endif
     } else
     for (int i = tid; i < cn * cpr; i += kThreads) {
       const int j = i / cpr, c = i - j * cpr;
@@ -2020,6 +2034,16 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     }
     __syncthreads();
     if (c0 == lo && TILES_ATTN_SPLIT == 0) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row, first chunk
+#if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
+    if (prestaged && c0 == lo && tid == 0 && g_tile_times != nullptr && t.layer == p.h.num_layers - 1 && kvh == 0 &&
+        part == 0) {
+      const double w = double(g_tile_times[kTimeWaited]);
+      printf("ATTNLAND pos %d rows %d: start->waited %.2f us; waited->landed per warp (us):", int(pos), int(cn),
+             (w - double(g_tile_times[kTimeStart])) / 1e3);
+      for (int k = 0; k < kWarps; ++k) printf(" %.2f", (double(g_land[k]) - w) / 1e3);
+      printf("\n");
+    }
+#endif
     ATTN_PROF(2);
 #if TILES_ATTN_WARPS
     if (warp_ok) {
