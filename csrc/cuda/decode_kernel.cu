@@ -31,8 +31,8 @@ extern __shared__ __align__(16) uint8_t g_smem[];
 // TILES_ATTN_SPLIT (timing builds, through TILES_TIMING_DEFINES; perf log, session 17's Next): where an ATTN tile's
 // "inputs" phase ends. 0: after the first chunk's K/V rows have landed (the default); 1: after q, the new row and
 // their barrier; 2: when thread 0's q elements have arrived (its loop used them); 3: when thread 0's own prestaged
-// K/V copies have landed (its cp.async wait, before the barrier that waits for everyone's: session 18's split put
-// 0.42 us between 1 and 0, for rows issued ~6 us earlier).
+// K/V copies have landed (its cp.async wait, before the barrier that waits for everyone's: session 18 measured
+// 0.42 us between 1 and 0).
 #ifndef TILES_ATTN_SPLIT
 #define TILES_ATTN_SPLIT 0
 #endif
