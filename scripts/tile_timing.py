@@ -15,7 +15,8 @@ reports, averaged over the layers and steps 1..:
   late     fraction of tiles that started after their inputs were ready (their worker was still busy),
 and the critical tile's work by phase: inputs (matvec: the input vector in shared memory; ATTN: q, the new row and
 the first chunk's K/V rows in shared memory (since session 4; before: q and the new row); MERGE: the scale
-factors), main (the arithmetic / chunk loop / output), epilogue (up to the signal), signal.
+factors), main (the arithmetic / chunk loop / output), epilogue (up to the signal), signal, and waiting: its start
+to its wait done (how long before its inputs were ready it started, and so issued its staged copies).
 The timing build spills registers that the product build does not (ptxas), so its times run a little slower.
 Needs a CUDA GPU and nvcc. Prints a table; writes JSON.
 """
@@ -256,6 +257,7 @@ def analyse(plan, T, stride):
         d["work_max_us"].append(float((a[:, 2] - a[:, 1]).max()) / 1e3)
         crit = a[a[:, 2].argmax()]
         d["crit_wait_exit_us"].append((crit[1] - max(crit[3], crit[0])) / 1e3)
+        d["crit_waiting_us"].append((crit[1] - crit[0]) / 1e3)  # its start -> wait done: how early it staged
         d["crit_work_us"].append((crit[2] - crit[1]) / 1e3)
         d["late_frac"].append(len(late) / len(a))
         # Phases of the critical tile (0 = a mark the op does not set: that phase is folded into the next).
@@ -353,12 +355,13 @@ def main():
             print(f"{name:<8}{s['stages_per_token']:>6.0f}{s['span_us']:>8.2f}{s['span_us_per_token']:>9.1f}"
                   f"{s.get('handoff_us', float('nan')):>9.2f}{s['work_med_us']:>9.2f}{s['work_max_us']:>9.2f}"
                   f"{s['crit_wait_exit_us']:>10.2f}{s['crit_work_us']:>10.2f}{s['late_frac']:>6.2f}")
-        print(f"critical tile's work by phase (us): {'stage':<8}{'inputs':>8}{'main':>8}{'epilogue':>9}{'signal':>8}")
+        print(f"critical tile's work by phase (us): {'stage':<8}{'inputs':>8}{'main':>8}{'epilogue':>9}{'signal':>8}"
+              f"{'waiting':>9}")
         for name in order:
             s = r["stages"].get(name)
             if s and "crit_phase1_us" in s:
                 print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
-                      f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}")
+                      f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}{s['crit_waiting_us']:>9.2f}")
         print(f"per worker (medians over layers and steps): {'stage':<8}{'rate GB/s min':>14}{'p10':>7}{'med':>7}"
               f"{'p90':>7}{'max':>7}{'half corr':>10}   most often last (worker: times)")
         for name in order:
