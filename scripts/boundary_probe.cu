@@ -12,6 +12,10 @@
 // StageWeights); ring = one producer lane fills a ring of 32 KB slots by bulk copies (TMA) without ever waiting on a
 // dependency (weights do not depend on activations), 15 consumer warps read the slots and pass the boundaries.
 // boundaries 0 = the same bytes without any wait (the bandwidth reference for the path).
+// fused (plain, staged and preload paths; docs/design/fused-mlp.md): GATEUP and DOWN as one stage of 768 KB per
+// block (three waits per layer instead of four), ended by the split-K reduction the fused stage needs: 2048
+// red.add.u64 per block into one shared accumulator; the stage after it (the next QKV) reads 24 KB of input (the
+// int64 accumulator and the fp32 residual) instead of 8.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,8 +33,11 @@ constexpr int kThreads = 512;
 constexpr int kLayers = 16;
 constexpr int kStagesPerLayer = 4;
 __constant__ int kStageKB[kStagesPerLayer] = {96, 64, 512, 256};  // QKV, O, GATEUP, DOWN per block
+__constant__ int kFusedKB[kStagesPerLayer - 1] = {96, 64, 768};    // QKV, O, the fused MLP
+constexpr int kReduceOut = 2048;                                    // the fused stage's outputs (Llama-1B hidden)
 constexpr int kStageBytes = 64 * 1024;  // the staged path's first batch
 constexpr int kInputBytes = 8 * 1024;
+constexpr int kFusedInputBytes = 24 * 1024;  // after the fused stage: 16 KB of int64 and 8 KB of fp32 residual
 
 // Consumer-warp barrier (the ring's producer warp never joins it).
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
@@ -43,6 +50,7 @@ struct Cfg {
   int input;       // 1 = read the 8 KB input vector after each wait
   int slot;        // ring: bytes per slot (0 = 32 KB)
   int noread;      // ring: 1 = the consumers only wait and hand the slot back (no shared-memory reads)
+  int fused;       // 1 = GATEUP and DOWN as one stage ended by the int64 reduction (not the ring)
 };
 // Per block, clock64 cycles: [0] the ring's producer blocked on a free slot, [1] the poll at the boundaries,
 // [2] consumer warp 0 (of the ring: warp 1) waiting for a slot's bytes.
@@ -76,7 +84,7 @@ __device__ __forceinline__ void end_stage(uint32_t* cnt, int k, const Cfg& c, un
 
 __global__ void __launch_bounds__(kThreads, 1)
     boundary_kernel(const uint8_t* w, size_t per_block, const uint4* input, uint32_t* cnt, Cfg c, float* sink,
-                    long long* stats, unsigned long long* tr) {
+                    long long* stats, unsigned long long* tr, unsigned long long* red) {
   long long* stat = stats + blockIdx.x * kStats;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const uint8_t* mine = w + blockIdx.x * per_block;
@@ -85,17 +93,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     size_t off = 0;  // bytes of this block's stream consumed so far
     bool staged = false, pre = false;
     uint4 pv[8];
+    const int spl = c.fused ? kStagesPerLayer - 1 : kStagesPerLayer;
     for (int layer = 0, k = 0; layer < kLayers; ++layer) {
-      for (int s = 0; s < kStagesPerLayer; ++s, ++k) {
-        const size_t sb = size_t(kStageKB[s]) * 1024;
+      for (int s = 0; s < spl; ++s, ++k) {
+        const size_t sb = size_t(c.fused ? kFusedKB[s] : kStageKB[s]) * 1024;
         if (c.boundaries && k > 0) {
           if (tid == 0) {
             wait_stage(cnt, k, c, stat, tr);
           }
           __syncthreads();
           if (c.input) {
-            const uint4 x = __ldcg(input + tid % (kInputBytes / 16));
-            acc += __uint_as_float(x.x ^ x.w);
+            const int n16 = (c.fused && s == 0 ? kFusedInputBytes : kInputBytes) / 16;
+            for (int i = tid; i < n16; i += kThreads) {
+              const uint4 x = __ldcg(input + i);
+              acc += __uint_as_float(x.x ^ x.w);
+            }
             __syncthreads();
           }
         }
@@ -129,16 +141,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int u = 0; u < 8; ++u) acc += __uint_as_float(v[u].x ^ v[u].y ^ v[u].z ^ v[u].w);
         }
         off += sb;
+        if (c.fused && s == spl - 1) {  // the fused stage's split-K partials into the shared int64 accumulator
+          for (int i = tid; i < kReduceOut; i += kThreads)
+            asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(red + i), "l"(1ull) : "memory");
+        }
         __syncthreads();  // the block's stage is done (and the staging buffer free)
         if (tid == 0) tr[size_t(k) * gridDim.x + blockIdx.x] = now_ns();  // release below, after the staging
         staged = false;
-        if (c.path == 1 && k + 1 < kLayers * kStagesPerLayer) {
+        if (c.path == 1 && k + 1 < kLayers * spl) {
           // The next stage's first batch, before its wait (the kernel's StageWeights).
           for (int i = tid; i < kStageBytes / 16; i += kThreads) cp16(smem + i * 16, mine + off + size_t(i) * 16);
           cp_commit();
           staged = true;
         }
-        if (c.path == 3 && k + 1 < kLayers * kStagesPerLayer) {
+        if (c.path == 3 && k + 1 < kLayers * spl) {
           const uint4* q = reinterpret_cast<const uint4*>(mine + off);
 #pragma unroll
           for (int u = 0; u < 8; ++u) pv[u] = ldnc(q + tid + u * kThreads);
@@ -281,7 +297,9 @@ int main() {
   uint32_t* cnt;
   float* sink;
   CK(cudaMalloc(&w, bytes));
-  CK(cudaMalloc(&input, kInputBytes));
+  CK(cudaMalloc(&input, kFusedInputBytes));
+  unsigned long long* red;
+  CK(cudaMalloc(&red, kReduceOut * 8));
   CK(cudaMalloc(&cnt, 4 * (1 + sms)));
   long long* stats;
   CK(cudaMalloc(&stats, sizeof(long long) * kStats * sms));
@@ -291,12 +309,15 @@ int main() {
   std::vector<unsigned long long> ht(size_t(2) * kAllStages * sms);
   CK(cudaMalloc(&sink, 4));
   CK(cudaMemset(w, 1, bytes));
-  CK(cudaMemset(input, 2, kInputBytes));
+  CK(cudaMemset(input, 2, kFusedInputBytes));
   CK(cudaFuncSetAttribute(boundary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 222 * 1024));
   // Session 16 (H200, calls 6-7): plain 449 us without waits, 575-582 with them; staged 595-600; preload 566; ring of
   // 3-6 x 32 KB 443 / 568-572, its consumers reading nothing 583: ~2 us per wait whatever the path (perf log).
   const std::vector<Cfg> cfgs = {{0, 0, 0, 1}, {0, 1, 0, 1}, {1, 1, 0, 1}, {3, 1, 0, 1}, {2, 0, 6, 1},
-                                 {2, 1, 6, 1}, {2, 1, 6, 1, 0, 1}, {0, 2, 0, 1}, {0, 1, 0, 1}};
+                                 {2, 1, 6, 1}, {2, 1, 6, 1, 0, 1}, {0, 2, 0, 1}, {0, 1, 0, 1},
+                                 // Session 18 (docs/design/fused-mlp.md): the fused MLP stage against the same
+                                 // paths with four stages per layer (above and again after, for the drift).
+                                 {0, 1, 0, 1, 0, 0, 1}, {1, 1, 0, 1, 0, 0, 1}, {3, 1, 0, 1, 0, 0, 1}, {1, 1, 0, 1}};
   const char* names[] = {"plain", "staged", "ring", "preload"};
   printf("path    boundaries slots input  us/layer-set   TB/s  | us per block, mean (max): producer blocked, poll, "
          "waiting for bytes   (%d blocks, %.2f GB, %d stages)\n", sms, bytes / 1e9, kLayers * kStagesPerLayer);
@@ -310,7 +331,7 @@ int main() {
       return e != cudaSuccess ? e : cudaMemset(stats, 0, sizeof(long long) * kStats * sms);
     };
     const auto launch = [&] {
-      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats, &tr};
+      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats, &tr, &red};
       return cudaLaunchCooperativeKernel((void*)boundary_kernel, dim3(sms), dim3(kThreads), args, smem, 0);
     };
     if (best_ms(5, reset, launch, &best)) return 1;
@@ -322,9 +343,10 @@ int main() {
         mean[i] += us / sms;
         if (us > mx[i]) mx[i] = us;
       }
-    printf("%-7s %10d %5d %5d %13.1f %6.3f  | %6.1f (%6.1f) %6.1f (%6.1f) %6.1f (%6.1f)\n", names[c.path], c.boundaries,
+    printf("%-7s%s %10d %5d %5d %13.1f %6.3f  | %6.1f (%6.1f) %6.1f (%6.1f) %6.1f (%6.1f)\n", names[c.path],
+           c.fused ? " fused" : "", c.boundaries,
            c.slots, c.input, best * 1e3, bytes / (best * 1e-3) / 1e12, mean[0], mx[0], mean[1], mx[1], mean[2], mx[2]);
-    if (c.boundaries == 1 && stragglers(ht, tr, sms) != 0) return 1;
+    if (c.boundaries == 1 && !c.fused && stragglers(ht, tr, sms) != 0) return 1;  // (its trace has 64 stages)
   }
   return 0;
 }
