@@ -12,8 +12,8 @@ torch.manual_seed(0)
 model = load_default_model()[0]
 tok_ids = torch.randint(0, model.config.vocab_size, (1, 48))
 caught = []
-hooks = [l.mlp.down_proj.register_forward_hook(lambda m, i, o: caught.append((m.weight, i[0][0, -1].float())))
-         for l in model.model.layers]
+for layer in model.model.layers:
+    layer.mlp.down_proj.register_forward_hook(lambda m, i, o: caught.append((m.weight, i[0][0, -1].float())))
 with torch.no_grad():
     model(tok_ids)
 W = 132
@@ -25,12 +25,12 @@ for w, h in caught:
     n = h.numel()
     bounds = [(i * n) // W for i in range(W + 1)]
     acc = torch.zeros(wf.shape[0], dtype=torch.int64)
+    alt = torch.zeros_like(ref)  # for scale: the same slices summed in fp32 (another summation order)
     for a, b in zip(bounds[:-1], bounds[1:]):
         p = wf[:, a:b] @ h[a:b]                      # one worker's fp32 partial
         acc += torch.round(p.double() * 2.0**32).to(torch.int64)
+        alt += p
     fx = (acc.double() * 2.0**-32).float()
-    # fp32 with another summation order, for scale: the same slices summed in fp32
-    alt = sum((wf[:, a:b] @ h[a:b] for a, b in zip(bounds[:-1], bounds[1:])), torch.zeros_like(ref))
     worst_abs = max(worst_abs, float((fx - ref).abs().max()))
     worst_rel = max(worst_rel, float(((fx - ref).abs() / ref.abs().clamp_min(1e-3)).max()))
     maxmag = max(maxmag, float(ref.abs().max()))
