@@ -118,7 +118,8 @@ def _extension():
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         knobs = (_int_knob("TILES_KUNROLL") + _int_knob("TILES_FLAGS_KUNROLL") + _int_knob("TILES_LEAN_OPT")
-                 + _int_knob("TILES_DEFAULT_OPT") + _int_knob("TILES_ATTN_WARPS"))
+                 + _int_knob("TILES_DEFAULT_OPT") + _int_knob("TILES_ATTN_WARPS")
+                 + _int_knob("TILES_PROBE_MLP_REDUCE"))  # timing bound only: scripts/wait_bound.py
         if os.environ.get("TILES_ATTN_MMA", "0") not in ("", "0"):  # tensor-core attention (experiment): 1 or 2
             knobs.append(("TILES_ATTN_MMA", str(int(os.environ["TILES_ATTN_MMA"]))))
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,

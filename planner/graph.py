@@ -131,12 +131,14 @@ def default_single(head_dim: int) -> int:
 
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
-                o_off_merge: bool = False, attn0_off_qkv: bool = False) -> TileGraph:
+                o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0) -> TileGraph:
     """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
     layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
     attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
     on a worker without a qkv tile of its layer, so that its K/V rows are staged while the qkv stage runs, not
-    after that worker's own qkv tile (at short context partition 0 is the whole attention)."""
+    after that worker's own qkv tile (at short context partition 0 is the whole attention).
+    o_rows > 0 (experiment, perf log session 19): the o projection in pieces of exactly o_rows rows instead; under
+    o_off_merge as many as there are other workers avoid the MERGE workers, the rest go to the least loaded."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -253,8 +255,14 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
                 weight_bytes=P * G * (hd + 2) * 4)
         st = new_stage(f"L{l}.o", [f"o{l}"])
         avoid = o_off_merge and workers > 2 * s.num_kv_heads
-        for piece, _, r0, r1 in cut_rows([("o", H)], workers - s.num_kv_heads if avoid else workers):
-            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")], not_with=merge_tiles if avoid else (),
+        if o_rows > 0:
+            o_cut = [(k, "o", r, min(H, r + o_rows)) for k, r in enumerate(range(0, H, o_rows))]
+        else:
+            o_cut = cut_rows([("o", H)], workers - s.num_kv_heads if avoid else workers)
+        free = workers - s.num_kv_heads
+        for piece, _, r0, r1 in o_cut:
+            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
+                not_with=merge_tiles if avoid and piece < free else (),
                 layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
                 out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
         st = new_stage(f"L{l}.gateup", [f"gateup{l}"])

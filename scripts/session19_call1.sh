@@ -8,6 +8,8 @@
 #    tile of KV head 0 in the last layer, how long its wait lasted (so how early its copies were issued) and when each
 #    warp's copies had landed after the wait; Llama-1B ctx 32 and 100.
 cd "$(dirname "$0")/.." || exit 1
+# Everything also goes to $OUT/call1.log: session 19's first run lost the probe tables to the output tail's 12K limit.
+exec > >(tee "${OUT:-/tmp}/call1.log") 2>&1
 source scripts/ab_common.sh
 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a scripts/reduce_probe.cu -o /tmp/reduce_probe \
   && timeout 90 /tmp/reduce_probe
@@ -17,9 +19,10 @@ nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a scripts/boundary_probe
   && timeout 90 /tmp/boundary_probe | grep -v stragglers
 echo "probe t=$(( $(date +%s) - AB_T0 ))"
 build tree  # tile_timing imports tiles_ext (the model helpers)
-for ctx in 32 100; do
+for ctx in 32; do
   TILES_TIMING_BUILD=/tmp/tt_land TILES_TIMING_DEFINES="-DTILES_ATTN_LANDING" timeout 120 python3 \
-    scripts/tile_timing.py --model llama-3.2-1b --ctx $ctx --steps 8 --opts 25183 2>&1 | grep -v Warning \
-    | grep -E "ATTNLAND|us/token|^(QKV|ATTN|MERGE|O) |  ATTN " | sed "s/^/ctx$ctx /"
+    scripts/tile_timing.py --model llama-3.2-1b --ctx $ctx --steps 8 --opts 25183 > "${OUT:-/tmp}/tt$ctx.txt" 2>&1
+  grep ATTNLAND "${OUT:-/tmp}/tt$ctx.txt" | head -6
+  grep -E "us/token|^(QKV|ATTN|MERGE|O) |  ATTN " "${OUT:-/tmp}/tt$ctx.txt"
 done
 echo "total t=$(( $(date +%s) - AB_T0 ))"

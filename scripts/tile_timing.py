@@ -300,6 +300,94 @@ def analyse(plan, T, stride):
             "timer_resolution_ns": res, "workers": workers}
 
 
+def analyse_busy(plan, T, ref_gbs):
+    """Where each worker's time goes, tile by tile (perf log, session 19: with every wait dropped, --drop '*<*', the
+    kernel still ran 131 us per token above its bytes). Per tile class, means over steps 1.. and workers: tiles per
+    worker per token, the gap since the worker's previous tile, the tile's phases (pre: start to wait done, which
+    holds the staging; inputs; main; epilogue; signal), its bytes, and its excess over bytes / ref_gbs. Per worker:
+    the step's busy span (first start to last signal) against its bytes at ref_gbs."""
+    steps, W = T.shape[0], T.shape[1]
+    tiles = np.asarray(plan.tiles)
+    offs = np.asarray(plan.worker_offsets)
+    wt = np.asarray(plan.worker_tiles)
+    shapes = np.asarray(plan.weight_shapes)
+    inter = plan.header["intermediate"]
+    o_weights = {int(tiles[i, C_WEIGHT]) for i in np.nonzero(tiles[:, C_OP] == 5)[0]
+                 if int(shapes[int(tiles[i, C_WEIGHT])][1]) != inter}
+    acc = defaultdict(lambda: defaultdict(float))
+    spans, wbytes = np.zeros((steps, W)), np.zeros(W)
+    used = range(1, steps) if steps > 1 else range(steps)
+    for s in used:
+        for w in range(W):
+            prev = None
+            first = None
+            for j in range(offs[w + 1] - offs[w]):
+                if j >= T.shape[2]:
+                    break
+                ti = int(wt[offs[w] + j])
+                t0, t1, t2, m1, m2, m3 = (int(x) for x in T[s, w, j])
+                if t2 == 0:
+                    continue
+                first = t0 if first is None else first
+                nb = int(tiles[ti, C_WEIGHT_BYTES])
+                if s == used[0]:
+                    wbytes[w] += nb
+                d = acc[op_name(int(tiles[ti, C_OP]), int(tiles[ti, C_WEIGHT]), o_weights)]
+                d["n"] += 1
+                d["gap"] += (t0 - prev) if prev is not None else 0
+                d["dur"] += t2 - t0
+                d["pre"] += t1 - t0
+                if m1 and m2 and m3:
+                    d["inputs"] += m1 - t1
+                    d["main"] += m2 - m1
+                    d["epi"] += m3 - m2
+                    d["sig"] += t2 - m3
+                    d["marked"] += 1
+                d["bytes"] += nb
+                prev = t2
+            if first is not None:
+                spans[s, w] = prev - first
+    tok = len(used) * W
+    out = {"ref_gbs": ref_gbs, "classes": {}, "workers": {}}
+    for name, d in acc.items():
+        n = d["n"]
+        mk = max(1.0, d["marked"])
+        out["classes"][name] = {
+            "per_worker_token": n / tok, "gap_us": d["gap"] / n / 1e3, "dur_us": d["dur"] / n / 1e3,
+            "pre_us": d["pre"] / n / 1e3, "inputs_us": d["inputs"] / mk / 1e3, "main_us": d["main"] / mk / 1e3,
+            "epi_us": d["epi"] / mk / 1e3, "sig_us": d["sig"] / mk / 1e3, "kb": d["bytes"] / n / 1024,
+            "excess_us": (d["dur"] / n - d["bytes"] / n / ref_gbs) / 1e3,
+            "excess_us_per_token": (d["dur"] - d["bytes"] / ref_gbs) / tok / 1e3,
+        }
+    sp = np.median(spans[list(used)], axis=0) / 1e3
+    ideal = wbytes / ref_gbs / 1e3
+    slow = int(np.argmax(sp))
+    out["workers"] = {"span_us": sp.tolist(), "ideal_us": ideal.tolist(), "slowest": slow}
+    return out
+
+
+def print_busy(b):
+    print(f"where a worker's time goes (means per tile; excess = duration - bytes at {b['ref_gbs']:.1f} GB/s):")
+    print(f"{'class':<8}{'n/tok':>7}{'gap':>7}{'dur':>8}{'pre':>7}{'inputs':>8}{'main':>8}{'epi':>7}{'sig':>7}"
+          f"{'KB':>8}{'excess':>8}{'excess/tok':>11}   (us)")
+    order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
+    tot = 0.0
+    for name in order:
+        c = b["classes"].get(name)
+        if not c:
+            continue
+        per_tok = c["excess_us"] * c["per_worker_token"] + c["gap_us"] * c["per_worker_token"]
+        tot += per_tok
+        print(f"{name:<8}{c['per_worker_token']:>7.2f}{c['gap_us']:>7.2f}{c['dur_us']:>8.2f}{c['pre_us']:>7.2f}"
+              f"{c['inputs_us']:>8.2f}{c['main_us']:>8.2f}{c['epi_us']:>7.2f}{c['sig_us']:>7.2f}{c['kb']:>8.1f}"
+              f"{c['excess_us']:>8.2f}{per_tok:>11.1f}")
+    sp, ideal = np.asarray(b["workers"]["span_us"]), np.asarray(b["workers"]["ideal_us"])
+    w = b["workers"]["slowest"]
+    print(f"excess + gaps per worker-token: {tot:.1f} us. Worker spans (us): min {sp.min():.1f} med {np.median(sp):.1f} "
+          f"max {sp.max():.1f} (worker {w}: its bytes take {ideal[w]:.1f}); bytes at the reference rate: min "
+          f"{ideal.min():.1f} med {np.median(ideal):.1f} max {ideal.max():.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-3.2-1b")
@@ -321,6 +409,10 @@ def main():
                     help="the kernel to time: counter hand-offs, or the flag kernel (default option set only; its "
                          "tiles poll their inputs' data words where they read them, so 'handoff' is not measured "
                          "and the inputs phase holds the poll)")
+    ap.add_argument("--drop", default="",
+                    help="wait_bound.py spec: those waits moved to the previous step (timing only, wrong results)")
+    ap.add_argument("--ref-gbs", type=float, default=4250.0 / 132,
+                    help="per-SM streaming rate the excess is measured against (GB/s; default 4.25 TB/s / 132)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -332,7 +424,12 @@ def main():
                       gpu=GpuTarget.of_device("cuda"),
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
                       attn0_off_qkv=bool(args.attn0_off_qkv))
+    if args.drop:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from wait_bound import drop_waits
+        print(f"--drop {args.drop}: {drop_waits(plan, args.drop)} waits moved to the previous step (wrong results)")
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
+              "drop": args.drop,
               "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "handoff": args.handoff,
               "runs": {}}
     order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
@@ -342,6 +439,7 @@ def main():
         r = analyse(plan, T, stride)
         if X is not None:
             r["stream"] = analyse_stream(plan, X, int(os.environ.get("TILES_STREAM_STAGES", "3")))
+        r["busy"] = analyse_busy(plan, T, args.ref_gbs)
         result["runs"][str(opt)] = r
         print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt} {args.handoff}: "
               f"{r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
@@ -372,6 +470,7 @@ def main():
                 top = ", ".join(f"{int(w)}: {int(cc[w])}" for w in np.argsort(-cc)[:4] if cc[w] > 0)
                 print(f"{'':44}{name:<8}{v.min():>14.1f}{np.percentile(v, 10):>7.1f}{np.median(v):>7.1f}"
                       f"{np.percentile(v, 90):>7.1f}{v.max():>7.1f}{q['rate_half_corr']:>10.2f}   {top}")
+        print_busy(r["busy"])
         if "stream" in r:
             print(f"stream stages (medians, us): {'op':<8}{'n':>7}{'latency':>9}{'hold':>7}{'refill':>8}"
                   f"{'interval':>9}{'mean':>7}{'prepare':>8}{'item':>7}{'begin late':>11}{'landed ahead':>13}")

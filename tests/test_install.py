@@ -163,6 +163,8 @@ TOOL_BUILDS = {
                                                                        "-DTILES_ATTN_SPLIT=3"]),
     "tile_timing_attn_landing": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
                                                                         "-DTILES_ATTN_LANDING"]),
+    # The fused MLP's epilogue cost for scripts/wait_bound.py (setup.py TILES_PROBE_MLP_REDUCE=1; timing only).
+    "decode_kernel_default_probe_mlp_reduce": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_PROBE_MLP_REDUCE=1"]),
     # The flag-hand-off variant as the timing tool links it (scripts/tile_timing.py).
     "tile_timing_flags": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_TILE_TIMING=1"]),
     # The flag kernel at the counter kernel's kUnroll (setup.py TILES_FLAGS_KUNROLL=4; its default is 3).

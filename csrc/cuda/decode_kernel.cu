@@ -58,6 +58,10 @@ __shared__ unsigned long long g_land[kWarps];
   } while (0)
 #endif
 
+#ifdef TILES_PROBE_MLP_REDUCE
+__device__ unsigned long long g_probe_mlp_acc[2048];  // the timing bound's accumulator (matvec case, GATEUP)
+#endif
+
 // TILES_ATTN_PROFILE (timing builds only, through TILES_TIMING_DEFINES): thread 0 of an ATTN tile adds the clock64
 // cycles of each step of its chunk loop (block-wide: every step ends at a barrier) and prints them for the last
 // layer's tiles of a few workers: where a chunk's time goes at long context (perf log, session 14).
@@ -2016,14 +2020,6 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
 #if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 3
       TILES_MARK(kTimePhase1);
 #endif
-#if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
-      {
-        const unsigned long long now = global_ns();
-        if (lane == 0) g_land[warp] = 0;
-        __syncwarp();
-        atomicMax(&g_land[warp], now);
-      }
-#endif
     } else
     for (int i = tid; i < cn * cpr; i += kThreads) {
       const int j = i / cpr, c = i - j * cpr;
@@ -2032,6 +2028,16 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       *reinterpret_cast<uint4*>(kb + j * kstride + c * 8) = kv;
       *reinterpret_cast<uint4*>(vb + j * attn_vstride(hd) + c * 8) = vv;
     }
+#if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
+    // After whichever path staged the first chunk (the double-buffer branch too: session 19 found the trace empty
+    // when it sat in the single-buffer branch only).
+    if (c0 == lo) {
+      const unsigned long long now = global_ns();
+      if (lane == 0) g_land[warp] = 0;
+      __syncwarp();
+      atomicMax(&g_land[warp], now);
+    }
+#endif
     __syncthreads();
     if (c0 == lo && TILES_ATTN_SPLIT == 0) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row, first chunk
 #if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
@@ -2363,6 +2369,20 @@ __device__ TILES_OUTLINE void merge_tile(const KernelParams& p, int32_t kvh, int
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float* part = reinterpret_cast<const float*>(buffer_ptr(p, in_buf));
   uint16_t* out = reinterpret_cast<uint16_t*>(buffer_ptr(p, out_buf));  // sf: [G][P] exp(m_p - M) / L
+#ifndef TILES_FLAGS
+  // Thread (g, d) loads its o words of every partition before the scale factors are known, so that they travel in
+  // the same L2 round trip as m and l (perf log, session 19: MERGE's main phase was a second round trip, ~1 us per
+  // layer on the critical path at long context). The sum below keeps the loop's order and skips: the same bits.
+  constexpr int kMergePre = 16;
+  const bool pre = P <= kMergePre && G * hd <= kThreads;
+  float ov[kMergePre];
+  if (pre && tid < G * hd) {
+    const int g = tid / hd, d = tid - g * hd;
+#pragma unroll
+    for (int pp = 0; pp < kMergePre; ++pp)
+      ov[pp] = pp < P ? __ldcg(part + (int64_t(kvh * P + pp) * G + g) * (hd + 2) + 2 + d) : 0.f;
+  }
+#endif
   // Warp g: M = max m_p, L = sum l_p exp(m_p - M); scale factors for the o sums.
   for (int g = warp; g < G; g += kWarps) {
     if ((OPT(p) & kOptMergeOneTrip) && P <= 32) {
@@ -2410,6 +2430,22 @@ __device__ TILES_OUTLINE void merge_tile(const KernelParams& p, int32_t kvh, int
   }
   __syncthreads();
   TILES_MARK(kTimePhase1);
+#ifndef TILES_FLAGS
+  if (pre) {
+    if (tid < G * hd) {
+      const int g = tid / hd, d = tid - g * hd;
+      float acc = 0.f;
+#pragma unroll
+      for (int pp = 0; pp < kMergePre; ++pp) {
+        const float e = pp < P ? sf[g * P + pp] : 0.f;
+        if (e != 0.f) acc = fmaf(ov[pp], e, acc);
+      }
+      put_bf16(out, (kvh * G + g) * hd + d, f2bf(acc), epoch);
+    }
+    TILES_MARK(kTimePhase2);
+    return;
+  }
+#endif
   for (int i = tid; i < G * hd; i += kThreads) {
     const int g = i / hd, d = i - g * hd;
     float acc = 0.f;
@@ -2646,6 +2682,15 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       }
 #ifndef TILES_MARK_SPLIT
       TILES_MARK(kTimePhase2);
+#endif
+#ifdef TILES_PROBE_MLP_REDUCE
+      // Timing bound only (scripts/wait_bound.py, perf log session 19): the fused MLP's epilogue cost, 2048 int64
+      // red.add per GATEUP tile into one accumulator, before the release. The values are meaningless.
+      if (t.op == kOpGateup) {
+        for (int i = tid; i < 2048; i += kThreads)
+          asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(g_probe_mlp_acc + i),
+                       "l"(static_cast<unsigned long long>(vec[i])) : "memory");
+      }
 #endif
       if (t.op == kOpLmhead) lmhead_partial(t.row_begin, t.row_end, o.logits, red,
                                             reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)), t.aux0, sc.epoch);
