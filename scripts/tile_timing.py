@@ -193,17 +193,21 @@ def analyse_stream(plan, X, ns):
     return out
 
 
+def o_weight_ids(plan) -> set:
+    """The o projections' weight indices: O and DOWN are both RESID tiles; DOWN's weight has `intermediate` columns."""
+    tiles, shapes = np.asarray(plan.tiles), np.asarray(plan.weight_shapes)
+    inter = plan.header["intermediate"]
+    return {int(tiles[i, C_WEIGHT]) for i in np.nonzero(tiles[:, C_OP] == 5)[0]
+            if int(shapes[int(tiles[i, C_WEIGHT])][1]) != inter}
+
+
 def analyse(plan, T, stride):
     steps, W = T.shape[0], T.shape[1]
     tiles = np.asarray(plan.tiles)
     waits = np.asarray(plan.waits)
     offs = np.asarray(plan.worker_offsets)
     wt = np.asarray(plan.worker_tiles)
-    # O vs DOWN (both RESID): DOWN's weight has `intermediate` columns.
-    shapes = np.asarray(plan.weight_shapes)
-    inter = plan.header["intermediate"]
-    o_weights = {int(tiles[i, C_WEIGHT]) for i in np.nonzero(tiles[:, C_OP] == 5)[0]
-                 if int(shapes[int(tiles[i, C_WEIGHT])][1]) != inter}
+    o_weights = o_weight_ids(plan)
     ends = defaultdict(int)  # (step, counter) -> last signal time
     recs = []
     for s in range(steps):
@@ -310,10 +314,7 @@ def analyse_busy(plan, T, ref_gbs):
     tiles = np.asarray(plan.tiles)
     offs = np.asarray(plan.worker_offsets)
     wt = np.asarray(plan.worker_tiles)
-    shapes = np.asarray(plan.weight_shapes)
-    inter = plan.header["intermediate"]
-    o_weights = {int(tiles[i, C_WEIGHT]) for i in np.nonzero(tiles[:, C_OP] == 5)[0]
-                 if int(shapes[int(tiles[i, C_WEIGHT])][1]) != inter}
+    o_weights = o_weight_ids(plan)
     acc = defaultdict(lambda: defaultdict(float))
     spans, wbytes = np.zeros((steps, W)), np.zeros(W)
     used = range(1, steps) if steps > 1 else range(steps)
@@ -383,7 +384,8 @@ def print_busy(b):
               f"{c['excess_us']:>8.2f}{per_tok:>11.1f}")
     sp, ideal = np.asarray(b["workers"]["span_us"]), np.asarray(b["workers"]["ideal_us"])
     w = b["workers"]["slowest"]
-    print(f"excess + gaps per worker-token: {tot:.1f} us. Worker spans (us): min {sp.min():.1f} med {np.median(sp):.1f} "
+    print(f"excess + gaps per worker-token: {tot:.1f} us. Worker spans (us): min {sp.min():.1f} "
+          f"med {np.median(sp):.1f} "
           f"max {sp.max():.1f} (worker {w}: its bytes take {ideal[w]:.1f}); bytes at the reference rate: min "
           f"{ideal.min():.1f} med {np.median(ideal):.1f} max {ideal.max():.1f}")
 

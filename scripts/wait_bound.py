@@ -76,9 +76,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-cache", type=int, default=4096 + 256)
     ap.add_argument("--opt", default="25183")
+    ap.add_argument("--handoff", choices=("counters", "flags", "auto"), default="counters",
+                    help="the kernel every plan runs on (dropped waits are counter waits: use counters with them; "
+                         "flags / auto for planner-option A/Bs on the kernel a model ships with)")
     args = ap.parse_args()
     os.environ["TILES_KERNEL_OPT"] = args.opt
-    os.environ["TILES_HANDOFF"] = "counters"  # the waits being dropped are counter waits
+    os.environ["TILES_HANDOFF"] = args.handoff
     gpu = GpuTarget.of_device("cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     res = []
@@ -91,6 +94,8 @@ def main():
             kw = {k: int(x) for k, x in (e.split("=") for e in v.split("@") if "=" in e)}
             drops = "+".join(e for e in v.split("@") if "<" in e)
             plan = build_plan(cfg, workers=sms, gpu=gpu, **kw)
+            if drops and args.handoff != "counters":
+                raise SystemExit(f"{v}: dropped waits need --handoff counters (a flag kernel polls its inputs' data)")
             n = drop_waits(plan, drops) if drops else 0
             print(f"{name} {v}: planner options {kw}, {n} waits moved to the previous step", flush=True)
             ops[v] = Op(model, plan, args.max_cache)
@@ -100,12 +105,13 @@ def main():
                 for k, op in ops.items():
                     t = time_op(op, ctx, 100)
                     got[k].append(t["multi64_ms_per_token"])
-                    res.append({"model": name, "ctx": ctx, "variant": k, "round": r, **t})
+                    res.append({"model": name, "ctx": ctx, "variant": k, "handoff": op.rt.handoff, "round": r, **t})
             base = float(np.median(got["base"]))
             for k, v in got.items():
                 m = float(np.median(v))
-                print(f"BOUND {name} ctx {ctx} {k:28s} {m:.4f} ms/token (x64 launches) {100 * (m / base - 1):+6.1f}% "
-                      f"{(m - base) * 1e3 / cfg.num_hidden_layers:+6.2f} us/layer  rounds " +
+                print(f"BOUND {name} {ops[k].rt.handoff} ctx {ctx} {k:28s} {m:.4f} ms/token (x64 launches) "
+                      f"{100 * (m / base - 1):+6.1f}% {(m - base) * 1e3 / cfg.num_hidden_layers:+6.2f} us/layer  "
+                      "rounds " +
                       " ".join(f"{x:.4f}" for x in v), flush=True)
         del ops, model
         torch.cuda.empty_cache()

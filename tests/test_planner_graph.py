@@ -170,6 +170,31 @@ def test_o_projection_can_avoid_the_merge_workers(name):
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
+def test_o_projection_in_pieces_of_fixed_rows(name):
+    """o_rows (experiment, perf log session 19): the o projection in ceil(hidden / o_rows) pieces of o_rows rows,
+    one per worker; as many as there are non-MERGE workers avoid the MERGE workers, the rest go to MERGE workers.
+    The plan validates (build_plan does) and covers every row once."""
+    plan = build_plan(cfg(name), 132, o_rows=16)
+    T = np.asarray(plan.tiles)
+    shape = plan.shape
+    pieces = -(-shape.hidden // 16)
+    for layer in (0, shape.num_layers - 1):
+        rows, on_merge = [], 0
+        per_worker = []
+        for w in range(132):
+            lst = plan.worker_list(w).tolist()
+            merges = [i for i in lst if T[i, COL["op"]] == Op.MERGE and T[i, COL["layer"]] == layer]
+            o = [i for i in lst if T[i, COL["op"]] == Op.RESID and T[i, COL["layer"]] == layer
+                 and T[i, COL["weight"]] == weight_index(layer, "o", shape.num_layers)]
+            per_worker.append(len(o))
+            rows += [(T[i, COL["row_begin"]], T[i, COL["row_end"]]) for i in o]
+            on_merge += len(o) if merges else 0
+        assert max(per_worker) == 1 and len(rows) == pieces
+        assert sorted(rows) == [(r, min(shape.hidden, r + 16)) for r in range(0, shape.hidden, 16)]
+        assert on_merge == max(0, pieces - (132 - shape.num_kv_heads))
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
 def test_partition_0_attention_can_avoid_the_qkv_workers(name):
     """attn0_off_qkv: every partition-0 ATTN tile runs on a worker without a qkv tile of its layer (its K/V rows
     are then staged while the qkv stage runs), its MERGE still right after it. The default (measured -1.3 to -2.7%,
