@@ -150,6 +150,7 @@ TOOL_BUILDS = {
     "boundary_probe": (REPO / "scripts" / "boundary_probe.cu", []),
     "poll_probe": (REPO / "scripts" / "poll_probe.cu", []),
     "reduce_probe": (REPO / "scripts" / "reduce_probe.cu", []),
+    "notify_probe": (REPO / "scripts" / "notify_probe.cu", []),
     # Experiment builds: the split main-phase mark (tile_timing.py TILES_TIMING_DEFINES) and the kernel with its
     # options fixed at compile time (setup.py TILES_LEAN_OPT, scripts/lean_ab.sh).
     "tile_timing_mark_split": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1", "-DTILES_MARK_SPLIT"]),
