@@ -149,6 +149,8 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     P = attn_partitions or default_partitions(workers, s.num_kv_heads)
     if attn_single is None:
         attn_single = default_single(hd)
+    if o_rows < 0:
+        raise ValueError(f"o_rows {o_rows} must be >= 0 (0: the planner's cut of the o projection)")
     if attn_single < 0 or attn_granule < 1:
         raise ValueError(f"attn_single {attn_single} must be >= 0 and attn_granule {attn_granule} >= 1")
 

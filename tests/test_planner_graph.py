@@ -192,6 +192,8 @@ def test_o_projection_in_pieces_of_fixed_rows(name):
         assert max(per_worker) == 1 and len(rows) == pieces
         assert sorted(rows) == [(r, min(shape.hidden, r + 16)) for r in range(0, shape.hidden, 16)]
         assert on_merge == max(0, pieces - (132 - shape.num_kv_heads))
+    with pytest.raises(ValueError, match="o_rows -1 must be >= 0"):
+        build_plan(cfg(name), 132, o_rows=-1)
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
