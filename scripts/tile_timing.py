@@ -72,12 +72,18 @@ def build_lib(out_dir: Path) -> Path:
 TILE_TIMES = 6
 
 
-def op_name(op: int, weight: int, o_weights: set) -> str:
+def tile_classes(plan) -> list[str]:
+    """Each tile's class by index: its op's name, RESID tiles as O or DOWN (DOWN's weight is wider than tall)."""
     names = {1: "EMBED", 2: "QKV", 3: "ATTN", 4: "MERGE", 5: "RESID", 6: "GATEUP", 7: "LMHEAD", 8: "ARGMAX"}
-    n = names.get(op, f"op{op}")
-    if n == "RESID":
-        n = "O" if weight in o_weights else "DOWN"
-    return n
+    shapes = np.asarray(plan.weight_shapes)
+    out = []
+    for t in np.asarray(plan.tiles):
+        n = names.get(int(t[C_OP]), f"op{int(t[C_OP])}")
+        if n == "RESID":
+            rows, cols = (int(v) for v in shapes[int(t[C_WEIGHT])])
+            n = "DOWN" if cols > rows else "O"
+        out.append(n)
+    return out
 
 
 def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0, handoff="counters"):
@@ -193,21 +199,13 @@ def analyse_stream(plan, X, ns):
     return out
 
 
-def o_weight_ids(plan) -> set:
-    """The o projections' weight indices: O and DOWN are both RESID tiles; DOWN's weight has `intermediate` columns."""
-    tiles, shapes = np.asarray(plan.tiles), np.asarray(plan.weight_shapes)
-    inter = plan.header["intermediate"]
-    return {int(tiles[i, C_WEIGHT]) for i in np.nonzero(tiles[:, C_OP] == 5)[0]
-            if int(shapes[int(tiles[i, C_WEIGHT])][1]) != inter}
-
-
 def analyse(plan, T, stride):
     steps, W = T.shape[0], T.shape[1]
     tiles = np.asarray(plan.tiles)
     waits = np.asarray(plan.waits)
     offs = np.asarray(plan.worker_offsets)
     wt = np.asarray(plan.worker_tiles)
-    o_weights = o_weight_ids(plan)
+    cls = tile_classes(plan)
     ends = defaultdict(int)  # (step, counter) -> last signal time
     recs = []
     for s in range(steps):
@@ -230,7 +228,7 @@ def analyse(plan, T, stride):
             c, _, off = (int(x) for x in waits[int(tiles[ti, C_WAIT_BEGIN]) + k])
             if s + off >= 0 and (s + off, c) in ends:
                 dep = max(dep, ends[(s + off, c)])
-        name = op_name(int(tiles[ti, C_OP]), int(tiles[ti, C_WEIGHT]), o_weights)
+        name = cls[ti]
         stage_tiles[(s, name, int(tiles[ti, C_LAYER]))].append((t0, t1, t2, dep, m1, m2, m3))
         stage_workers[(s, name, int(tiles[ti, C_LAYER]))].append((w, int(tiles[ti, C_WEIGHT_BYTES])))
     per_name = defaultdict(lambda: defaultdict(list))
@@ -314,7 +312,7 @@ def analyse_busy(plan, T, ref_gbs):
     tiles = np.asarray(plan.tiles)
     offs = np.asarray(plan.worker_offsets)
     wt = np.asarray(plan.worker_tiles)
-    o_weights = o_weight_ids(plan)
+    cls = tile_classes(plan)
     acc = defaultdict(lambda: defaultdict(float))
     spans, wbytes = np.zeros((steps, W)), np.zeros(W)
     used = range(1, steps) if steps > 1 else range(steps)
@@ -333,7 +331,7 @@ def analyse_busy(plan, T, ref_gbs):
                 nb = int(tiles[ti, C_WEIGHT_BYTES])
                 if s == used[0]:
                     wbytes[w] += nb
-                d = acc[op_name(int(tiles[ti, C_OP]), int(tiles[ti, C_WEIGHT]), o_weights)]
+                d = acc[cls[ti]]
                 d["n"] += 1
                 d["gap"] += (t0 - prev) if prev is not None else 0
                 d["dur"] += t2 - t0

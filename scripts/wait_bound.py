@@ -27,23 +27,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_check import Op, time_op  # noqa: E402
+from tile_timing import tile_classes  # noqa: E402
 
 from tiles_ext.models import load_config, random_model  # noqa: E402
-from tiles_ext.planner.format import TILE, WAIT, Op as TileOp  # noqa: E402
+from tiles_ext.planner.format import TILE, WAIT  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
-
-
-def tile_classes(plan) -> list[str]:
-    op_i, w_i = TILE.index("op"), TILE.index("weight")
-    out = []
-    for t in plan.tiles:
-        op = TileOp(int(t[op_i]))
-        if op == TileOp.RESID:
-            rows, cols = (int(v) for v in plan.weight_shapes[int(t[w_i])])
-            out.append("DOWN" if cols > rows else "O")
-        else:
-            out.append(op.name)
-    return out
 
 
 def drop_waits(plan, spec: str) -> int:
