@@ -70,6 +70,8 @@ def build_lib(out_dir: Path) -> Path:
 
 # Timestamps per tile (decode_kernel.h kTileTimes): start, wait done, signalled, phase 1, phase 2, before the signal.
 TILE_TIMES = 6
+# The order the tables print tile classes in (tile_classes' names).
+CLASS_ORDER = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
 
 
 def tile_classes(plan) -> list[str]:
@@ -356,7 +358,8 @@ def analyse_busy(plan, T, ref_gbs):
             "pre_us": d["pre"] / n / 1e3, "inputs_us": d["inputs"] / mk / 1e3, "main_us": d["main"] / mk / 1e3,
             "epi_us": d["epi"] / mk / 1e3, "sig_us": d["sig"] / mk / 1e3, "kb": d["bytes"] / n / 1024,
             "excess_us": (d["dur"] / n - d["bytes"] / n / ref_gbs) / 1e3,
-            "excess_us_per_token": (d["dur"] - d["bytes"] / ref_gbs) / tok / 1e3,
+            # per worker and token: the class's excess plus the gaps before its tiles
+            "cost_us_per_token": (d["dur"] - d["bytes"] / ref_gbs + d["gap"]) / tok / 1e3,
         }
     sp = np.median(spans[list(used)], axis=0) / 1e3
     ideal = wbytes / ref_gbs / 1e3
@@ -368,14 +371,13 @@ def analyse_busy(plan, T, ref_gbs):
 def print_busy(b):
     print(f"where a worker's time goes (means per tile; excess = duration - bytes at {b['ref_gbs']:.1f} GB/s):")
     print(f"{'class':<8}{'n/tok':>7}{'gap':>7}{'dur':>8}{'pre':>7}{'inputs':>8}{'main':>8}{'epi':>7}{'sig':>7}"
-          f"{'KB':>8}{'excess':>8}{'excess/tok':>11}   (us)")
-    order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
+          f"{'KB':>8}{'excess':>8}{'+gaps/tok':>11}   (us)")
     tot = 0.0
-    for name in order:
+    for name in CLASS_ORDER:
         c = b["classes"].get(name)
         if not c:
             continue
-        per_tok = c["excess_us"] * c["per_worker_token"] + c["gap_us"] * c["per_worker_token"]
+        per_tok = c["cost_us_per_token"]
         tot += per_tok
         print(f"{name:<8}{c['per_worker_token']:>7.2f}{c['gap_us']:>7.2f}{c['dur_us']:>8.2f}{c['pre_us']:>7.2f}"
               f"{c['inputs_us']:>8.2f}{c['main_us']:>8.2f}{c['epi_us']:>7.2f}{c['sig_us']:>7.2f}{c['kb']:>8.1f}"
@@ -432,7 +434,6 @@ def main():
               "drop": args.drop,
               "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "handoff": args.handoff,
               "runs": {}}
-    order = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD", "ARGMAX"]
     for opt in [int(x) for x in args.opts.split(",")]:
         pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
         T, stride, X = run(lib, model, plan, args.ctx, args.steps, opt, pf, args.stream_trace, args.handoff)
@@ -446,7 +447,7 @@ def main():
               f"timer resolution {r['timer_resolution_ns']:.0f} ns")
         print(f"{'stage':<8}{'n/tok':>6}{'span':>8}{'sum/tok':>9}{'handoff':>9}{'work med':>9}{'work max':>9}"
               f"{'crit exit':>10}{'crit work':>10}{'late':>6}   (us)")
-        for name in order + sorted(set(r["stages"]) - set(order)):
+        for name in CLASS_ORDER + sorted(set(r["stages"]) - set(CLASS_ORDER)):
             s = r["stages"].get(name)
             if not s:
                 continue
@@ -455,14 +456,14 @@ def main():
                   f"{s['crit_wait_exit_us']:>10.2f}{s['crit_work_us']:>10.2f}{s['late_frac']:>6.2f}")
         print(f"critical tile's work by phase (us): {'stage':<8}{'inputs':>8}{'main':>8}{'epilogue':>9}{'signal':>8}"
               f"{'waiting':>9}")
-        for name in order:
+        for name in CLASS_ORDER:
             s = r["stages"].get(name)
             if s and "crit_phase1_us" in s:
                 print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
                       f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}{s['crit_waiting_us']:>9.2f}")
         print(f"per worker (medians over layers and steps): {'stage':<8}{'rate GB/s min':>14}{'p10':>7}{'med':>7}"
               f"{'p90':>7}{'max':>7}{'half corr':>10}   most often last (worker: times)")
-        for name in order:
+        for name in CLASS_ORDER:
             q = r["workers"].get(name)
             if q:
                 v = np.asarray([x for x in q["rate_gbs"] if x is not None])
@@ -474,7 +475,7 @@ def main():
         if "stream" in r:
             print(f"stream stages (medians, us): {'op':<8}{'n':>7}{'latency':>9}{'hold':>7}{'refill':>8}"
                   f"{'interval':>9}{'mean':>7}{'prepare':>8}{'item':>7}{'begin late':>11}{'landed ahead':>13}")
-            for name in order:
+            for name in CLASS_ORDER:
                 q = r["stream"].get(name)
                 if q:
                     print(f"{'':28}{name:<8}{q['stages']:>7}{q['latency']:>9.2f}{q['hold']:>7.2f}{q['refill']:>8.2f}"

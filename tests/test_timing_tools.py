@@ -77,6 +77,9 @@ def test_busy_table_adds_up():
     for name, c in b["classes"].items():
         assert abs(c["excess_us"] - 1.0) < 0.01, name
         assert abs(c["inputs_us"] - 0.2) < 1e-9 and abs(c["sig_us"] - 0.1) < 1e-9
+        # the class's excess and the gaps before its tiles, per worker and token
+        gaps = c["gap_us"] * c["per_worker_token"]
+        assert abs(c["cost_us_per_token"] - (c["excess_us"] * c["per_worker_token"] + gaps)) < 1e-6, name
     n = sum(c["per_worker_token"] for c in b["classes"].values())
     per_w = (offs[1:] - offs[:-1]).mean()
     assert abs(n - per_w) < 1e-9
