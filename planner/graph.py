@@ -58,6 +58,12 @@ class TileGraph:
 
 
 POLICIES = ("tiles", "waves")
+# A matvec tile whose rows fit in one staged batch per SM (the counter kernel stages 64 KB before its wait) pays its
+# ~2 us of hand-off and input reads for almost no stream (session 19's busy table). Where the workers' cut gives
+# such tiles, the planner cuts fewer pieces of at least MIN_ROWS rows instead (perf log, session 20: SmolLM2 -3.2%
+# at ctx 32, -2.4% at 4064; a floor on Llama-1B's 254 KB down tiles, which idles 4 workers, cost +1.4%).
+MIN_ROWS = 16
+SMALL_TILE_BYTES = 64 * 1024
 
 
 def cut_rows(segments, pieces: int):
@@ -83,6 +89,14 @@ def cut_rows(segments, pieces: int):
             if a < b:
                 out.append((p, key, a - s0, b - s0))
     return out
+
+
+def floor_pieces(rows: int, pieces: int, row_bytes: int, min_rows: int) -> int:
+    """How many pieces to cut a matrix of `rows` rows into: `pieces`, unless each would be a small tile (at most
+    SMALL_TILE_BYTES): then no more than pieces of min_rows rows each allow (0: no floor)."""
+    if min_rows <= 0 or -(-rows // pieces) * row_bytes > SMALL_TILE_BYTES:
+        return pieces
+    return max(1, min(pieces, rows // min_rows))
 
 
 def max_piece_rows(rows: list[int], pieces: int) -> int:
@@ -131,14 +145,17 @@ def default_single(head_dim: int) -> int:
 
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
-                o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0) -> TileGraph:
+                o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0,
+                min_rows: int = MIN_ROWS) -> TileGraph:
     """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
     layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
     attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
     on a worker without a qkv tile of its layer, so that its K/V rows are staged while the qkv stage runs, not
     after that worker's own qkv tile (at short context partition 0 is the whole attention).
     o_rows > 0 (experiment, perf log session 19): the o projection in pieces of exactly o_rows rows instead; under
-    o_off_merge as many as there are other workers avoid the MERGE workers, the rest go to the least loaded."""
+    o_off_merge as many as there are other workers avoid the MERGE workers, the rest go to the least loaded.
+    min_rows: the qkv, o, gate/up and down cuts give pieces of at least min_rows rows where one piece per worker
+    would be a small tile (SMALL_TILE_BYTES); 0: one piece per worker always."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -149,8 +166,8 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     P = attn_partitions or default_partitions(workers, s.num_kv_heads)
     if attn_single is None:
         attn_single = default_single(hd)
-    if o_rows < 0:
-        raise ValueError(f"o_rows {o_rows} must be >= 0 (0: the planner's cut of the o projection)")
+    if o_rows < 0 or min_rows < 0:
+        raise ValueError(f"o_rows {o_rows} and min_rows {min_rows} must be >= 0 (0: the planner's cut)")
     if attn_single < 0 or attn_granule < 1:
         raise ValueError(f"attn_single {attn_single} must be >= 0 and attn_granule {attn_granule} >= 1")
 
@@ -226,7 +243,8 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
             segs += [(("q", h), G * hd), (("k", h), hd), (("v", h), hd)]
         free_qkv = attn0_off_qkv and workers > 2 * s.num_kv_heads
         qkv_tiles = []
-        for piece, (which, h), r0, r1 in cut_rows(segs, workers - s.num_kv_heads if free_qkv else workers):
+        qkv_pieces = floor_pieces(nq + 2 * nkv, workers - s.num_kv_heads if free_qkv else workers, H * 2, min_rows)
+        for piece, (which, h), r0, r1 in cut_rows(segs, qkv_pieces):
             qkv_tiles.append(len(tiles))
             base_row = h * (G * hd if which == "q" else hd)
             out = {"q": f"q{l}", "k": f"knew{l}", "v": f"vnew{l}"}[which]
@@ -260,7 +278,8 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         if o_rows > 0:
             o_cut = [(k, "o", r, min(H, r + o_rows)) for k, r in enumerate(range(0, H, o_rows))]
         else:
-            o_cut = cut_rows([("o", H)], workers - s.num_kv_heads if avoid else workers)
+            o_cut = cut_rows([("o", H)], floor_pieces(H, workers - s.num_kv_heads if avoid else workers, nq * 2,
+                                                        min_rows))
         free = workers - s.num_kv_heads
         for piece, _, r0, r1 in o_cut:
             add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
@@ -268,13 +287,14 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
                 layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
                 out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
         st = new_stage(f"L{l}.gateup", [f"gateup{l}"])
-        for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], workers):
+        gu_pieces = floor_pieces(s.intermediate, workers, 4 * H, min_rows)
+        for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], gu_pieces):
             add(Op.GATEUP, st, piece, cid[f"gateup{l}"], [full(f"o{l}")],
                 layer=l, weight=W(l, "gate"), weight2=W(l, "up"), norm=W(l, "post_norm"), in_buf=bid[f"xm{l}"],
                 out_buf=bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
                 weight_bytes=2 * (r1 - r0) * H * 2)
         st = new_stage(f"L{l}.down", [f"down{l}"])
-        for piece, _, r0, r1 in cut_rows([("down", H)], workers):
+        for piece, _, r0, r1 in cut_rows([("down", H)], floor_pieces(H, workers, s.intermediate * 2, min_rows)):
             add(Op.RESID, st, piece, cid[f"down{l}"], [full(f"gateup{l}")],
                 layer=l, weight=W(l, "down"), in_buf=bid[f"act{l}"], in2_buf=bid[f"xm{l}"],
                 out_buf=bid[f"x{l + 1}"], row_begin=r0, row_end=r1, out_offset=r0,

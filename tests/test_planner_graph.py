@@ -9,7 +9,7 @@ import pytest
 from tiles_ext.planner import build_plan
 from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, Op, weight_index
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
-from tiles_ext.planner.graph import max_piece_rows
+from tiles_ext.planner.graph import floor_pieces, max_piece_rows
 from tiles_ext.planner.summary import stage_stats
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -49,7 +49,7 @@ def test_unsupported_configs_name_the_field(change, fragment):
 def test_matrix_stages_balanced_to_one_row(name, workers):
     """The busiest worker of each matrix stage holds at most ceil(rows / workers) rows' bytes (the o projection:
     ceil(rows / (workers - num_kv_heads)), cut off the MERGE workers by default; qkv likewise, cut into W - num_kv_heads
-    pieces)."""
+    pieces), or, where those would be small tiles (planner.graph.floor_pieces), the fewer pieces of >= 16 rows."""
     plan = build_plan(cfg(name), workers)
     s = plan.shape
     rows = {"qkv": ((s.num_heads + 2 * s.num_kv_heads) * s.head_dim, s.hidden * 2),
@@ -58,15 +58,19 @@ def test_matrix_stages_balanced_to_one_row(name, workers):
     # qkv pieces never straddle a KV group's q/k/v segment: the bound is the smallest R that fits in W pieces.
     qkv_segments = [s.group * s.head_dim, s.head_dim, s.head_dim] * s.num_kv_heads
     # attn0_off_qkv (default): W - num_kv_heads qkv pieces, so that partition-0 ATTN tiles find workers without one.
-    qkv_rows = max_piece_rows(qkv_segments, workers - s.num_kv_heads if workers > 2 * s.num_kv_heads else workers)
+    qkv_pieces = workers - s.num_kv_heads if workers > 2 * s.num_kv_heads else workers
+    qkv_rows = max_piece_rows(qkv_segments, floor_pieces(sum(qkv_segments), qkv_pieces, s.hidden * 2, 16))
     for st in stage_stats(plan):
         kind = st.name.split(".")[-1]
         if kind in rows:
             n, row_bytes = rows[kind]
             assert st.bytes == n * row_bytes
-            bound = qkv_rows if kind == "qkv" else math.ceil(n / workers)
+            pieces = workers
             if kind == "o" and workers > 2 * s.num_kv_heads:  # o_off_merge (default): W - num_kv_heads pieces
-                bound = math.ceil(n / (workers - s.num_kv_heads))
+                pieces = workers - s.num_kv_heads
+            if kind != "lmhead":
+                pieces = floor_pieces(n, pieces, row_bytes, 16)
+            bound = qkv_rows if kind == "qkv" else math.ceil(n / pieces)
             assert st.max_bytes <= bound * row_bytes, st
 
 
@@ -154,8 +158,9 @@ def test_merge_runs_right_after_its_partition_0_attention_tile(name, workers):
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
 def test_o_projection_can_avoid_the_merge_workers(name):
     """o_off_merge: the o tiles of a layer never share a worker with that layer's MERGE tiles (the last tiles to
-    finish before o), and the stage is cut into workers - num_kv_heads pieces."""
-    plan = build_plan(cfg(name), 132, o_off_merge=True)
+    finish before o), and the stage is cut into workers - num_kv_heads pieces (min_rows=0: SmolLM2's o tiles would
+    otherwise be floored to 36 pieces of 16 rows, which avoid the MERGE workers too)."""
+    plan = build_plan(cfg(name), 132, o_off_merge=True, min_rows=0)
     T = np.asarray(plan.tiles)
     shape = plan.shape
     o_tiles = 0
@@ -192,8 +197,50 @@ def test_o_projection_in_pieces_of_fixed_rows(name):
         assert max(per_worker) == 1 and len(rows) == pieces
         assert sorted(rows) == [(r, min(shape.hidden, r + 16)) for r in range(0, shape.hidden, 16)]
         assert on_merge == max(0, pieces - (132 - shape.num_kv_heads))
-    with pytest.raises(ValueError, match="o_rows -1 must be >= 0"):
+    with pytest.raises(ValueError, match="o_rows -1 and min_rows 16 must be >= 0"):
         build_plan(cfg(name), 132, o_rows=-1)
+    with pytest.raises(ValueError, match="o_rows 0 and min_rows -1 must be >= 0"):
+        build_plan(cfg(name), 132, min_rows=-1)
+
+
+def matvec_tiles(plan, layer):
+    """{stage kind: [(row_begin, row_end), ...]} of one layer's qkv, o, gate/up and down tiles."""
+    T = np.asarray(plan.tiles)
+    L = plan.shape.num_layers
+    out = {"qkv": [], "o": [], "gateup": [], "down": []}
+    for i in range(plan.header["num_tiles"]):
+        if T[i, COL["layer"]] != layer:
+            continue
+        op, wt = T[i, COL["op"]], T[i, COL["weight"]]
+        kind = ("qkv" if op == Op.QKV else "gateup" if op == Op.GATEUP
+                else "o" if op == Op.RESID and wt == weight_index(layer, "o", L)
+                else "down" if op == Op.RESID else None)
+        if kind:
+            out[kind].append((int(T[i, COL["row_begin"]]), int(T[i, COL["row_end"]])))
+    return out
+
+
+def test_small_matvec_tiles_are_cut_into_fewer_pieces_of_16_rows():
+    """SmolLM2 on 132 workers: one piece per worker would give tiles of 4-12 rows (5-27 KB, each paying ~2 us of
+    hand-off and input reads), so every matvec stage is cut into pieces of 16 rows or more instead; min_rows=0
+    restores one piece per worker (the o projection: 132 - 3 MERGE workers)."""
+    d = cfg("smollm2-135m-config.json")
+    floored, plain = build_plan(d, 132), build_plan(d, 132, min_rows=0)
+    for layer in (0, 29):
+        got, old = matvec_tiles(floored, layer), matvec_tiles(plain, layer)
+        for kind, tiles in got.items():
+            assert min(b - a for a, b in tiles) >= 16, kind
+            assert len(tiles) < len(old[kind])
+        assert len(got["o"]) == 576 // 16 and len(old["o"]) == 129
+        assert len(got["down"]) == 576 // 16 and len(got["gateup"]) == 1536 // 16
+
+
+def test_large_matvec_tiles_keep_one_piece_per_worker():
+    """Llama-1B's matvec tiles are 67-508 KB on 132 workers: the floor leaves the plan as it was (a 16-row floor on
+    its down cut, 15.5 rows per worker, idled 4 workers and cost 1.4%: perf log session 20)."""
+    d = cfg("llama-3.2-1b-config.json")
+    assert np.array_equal(build_plan(d, 132).to_blob(), build_plan(d, 132, min_rows=0).to_blob())
+
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
