@@ -415,6 +415,8 @@ def main():
                     help="wait_bound.py spec: those waits moved to the previous step (timing only, wrong results)")
     ap.add_argument("--ref-gbs", type=float, default=4250.0 / 132,
                     help="per-SM streaming rate the excess is measured against (GB/s; default 4.25 TB/s / 132)")
+    ap.add_argument("--min-rows", type=int, default=-1,
+                    help="planner.graph's matvec floor (build_plan min_rows; -1: the planner's default)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -425,14 +427,16 @@ def main():
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
-                      attn0_off_qkv=bool(args.attn0_off_qkv))
+                      attn0_off_qkv=bool(args.attn0_off_qkv),
+                      **({} if args.min_rows < 0 else {"min_rows": args.min_rows}))
     if args.drop:
         sys.path.insert(0, str(ROOT / "scripts"))
         from wait_bound import drop_waits
         print(f"--drop {args.drop}: {drop_waits(plan, args.drop)} waits moved to the previous step (wrong results)")
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
               "drop": args.drop,
-              "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "handoff": args.handoff,
+              "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "min_rows": args.min_rows,
+              "handoff": args.handoff,
               "runs": {}}
     for opt in [int(x) for x in args.opts.split(",")]:
         pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
