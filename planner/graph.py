@@ -58,10 +58,11 @@ class TileGraph:
 
 
 POLICIES = ("tiles", "waves")
-# A matvec tile whose rows fit in one staged batch per SM (the counter kernel stages 64 KB before its wait) pays its
-# ~2 us of hand-off and input reads for almost no stream (session 19's busy table). Where the workers' cut gives
-# such tiles, the planner cuts fewer pieces of at least MIN_ROWS rows instead (perf log, session 20: SmolLM2 -3.2%
-# at ctx 32, -2.4% at 4064; a floor on Llama-1B's 254 KB down tiles, which idles 4 workers, cost +1.4%).
+# A matvec tile whose rows fit in one staged batch per SM (64 KB in the counter kernel, 48 KB in the flag kernel)
+# pays its ~2 us of hand-off and input reads for almost no stream (session 19's busy table). Where the workers' cut
+# gives such tiles, the planner cuts fewer pieces of at least MIN_ROWS rows instead (perf log v50: SmolLM2 -3.2% at
+# ctx 32, -2.4% at 4064; a floor on Llama-1B's 254 KB down tiles, which idles 4 workers, cost +1.4%). 16 rows still
+# fit one batch of SmolLM2's flag kernel; 24 overflow it at gate/up and down and cost 12-17% (perf log, session 20).
 MIN_ROWS = 16
 SMALL_TILE_BYTES = 64 * 1024
 
