@@ -2,7 +2,8 @@
 
 Workers = SM count on CUDA (one persistent worker per SM); CPU_WORKERS on CPU, where the reference executor runs
 the same plan. Plans are cached by planner.planfile.load_or_build, keyed by config hash, GPU, workers, policy,
-plan format and executor ABI, so a second process loads the plan instead of rebuilding it.
+plan format, executor ABI and planner revision, so a second process loads the plan instead of rebuilding it, and a
+newer planner re-plans.
 """
 from __future__ import annotations
 

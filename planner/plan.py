@@ -160,6 +160,12 @@ def mark_merge_next(tiles: np.ndarray, lists) -> None:
                 tb[c["aux1"]] = ta[c["signal"]] + 1
 
 
+# The default planner's revision: bumped whenever build_plan's defaults give another plan for some config, so that
+# plan caches (planfile.cache_path) re-plan instead of running an older plan, valid but slower, forever.
+# 2: small matvec tiles floored at 16 rows (perf log v50). tests/test_planner_graph.py holds each default plan's hash.
+PLAN_REVISION = 2
+
+
 def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | None = None,
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
                attn_single: int | None = None, o_off_merge: bool = True, attn0_off_qkv: bool = True,

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import format as fmt
-from .plan import GpuTarget, Plan, build_plan
+from .plan import PLAN_REVISION, GpuTarget, Plan, build_plan
 from .shape import ModelShape
 from .validate import PlanError, validate_plan
 
@@ -155,11 +155,12 @@ def load_plan(path, expect_shape=None, expect_gpu: GpuTarget | None = None) -> P
 def cache_path(cache_dir, shape: ModelShape, gpu: GpuTarget, workers: int, policy: str) -> Path:
     slug = "".join(ch if ch.isalnum() else "-" for ch in gpu.name).strip("-").lower() or "gpu"
     return Path(cache_dir) / (f"plan-{shape.config_hash()[:16]}-{slug}-sm{gpu.sm_count}-cc{gpu.cc_major}"
-                              f"{gpu.cc_minor}-w{workers}-{policy}-f{fmt.FORMAT_VERSION}-abi{fmt.ABI_VERSION}.tplan")
+                              f"{gpu.cc_minor}-w{workers}-{policy}-f{fmt.FORMAT_VERSION}-abi{fmt.ABI_VERSION}"
+                              f"-r{PLAN_REVISION}.tplan")
 
 
 def load_or_build(shape, gpu, workers: int, cache_dir, policy: str = "tiles", **build_kw) -> Plan:
-    """The cached plan for (model config, GPU, workers, policy, ABI), built and saved if absent.
+    """The cached plan for (model config, GPU, workers, policy, ABI, planner revision), built and saved if absent.
 
     A cache file made for another GPU is re-planned (logged); a corrupted or invalid one is rebuilt, never
     trusted (logged); one made for another format, ABI or model under this key is refused (PlanMismatch)."""

@@ -1,6 +1,7 @@
 #!/bin/bash
-# Session 20, call 2 (perf log, session 20; TILES_PEEK was removed after it: rejected). (1) TILES_PEEK=1: thread 0 reads a tile's first wait counter before
-# the tile's staging is issued (counter kernels), A/B against the tree's default build in the same call.
+# Session 20, call 2 (perf log, session 20; TILES_PEEK was removed after it: rejected). (1) TILES_PEEK=1: thread 0
+# reads a tile's first wait counter before the tile's staging is issued (counter kernels), A/B against the tree's
+# default build in the same call.
 # (2) Planner cuts on the base build (same process, wait_bound.py): SmolLM2's o floor of 16 rows against the old
 # cut (o_min_rows=0), and a floor for every matvec cut (min_rows 8 / 16), SmolLM2 on its flag kernel, Llama-1B.
 cd "$(dirname "$0")/.." || exit 1

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Session 20, call 7 (perf log, session 20; TILES_L2_NEXT was removed after it: +2%, rejected). TILES_L2_NEXT=1: each warp's lane 0 asks L2 for its first item's second
-# batch right after the wait, before the input reads (counter kernels; Llama-1B's GATEUP and DOWN items have more
-# than one batch). A/B against the tree's default build in the same call, then the kernel tests on the knob build.
+# Session 20, call 7 (perf log, session 20; TILES_L2_NEXT was removed after it: +2%, rejected). TILES_L2_NEXT=1:
+# each warp's lane 0 asks L2 for its first item's second batch right after the wait, before the input reads (counter
+# kernels; Llama-1B's GATEUP and DOWN items have more than one batch). A/B against the tree's default build in the
+# same call, then the kernel tests on the knob build.
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call7.log") 2>&1
 source scripts/ab_common.sh

@@ -1,4 +1,5 @@
 """Tile graph and schedule: any Llama-family config, balanced bytes per stage, LM head over all workers."""
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -10,6 +11,7 @@ from tiles_ext.planner import build_plan
 from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, Op, weight_index
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
 from tiles_ext.planner.graph import floor_pieces, max_piece_rows
+from tiles_ext.planner.plan import PLAN_REVISION, GpuTarget
 from tiles_ext.planner.summary import stage_stats
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -262,3 +264,18 @@ def test_partition_0_attention_can_avoid_the_qkv_workers(name):
     assert seen == plan.shape.num_layers * plan.shape.num_kv_heads
     assert np.array_equal(plan.to_blob(), build_plan(cfg(name), 132).to_blob())  # the default since session 5
     assert not np.array_equal(plan.to_blob(), build_plan(cfg(name), 132, attn0_off_qkv=False).to_blob())
+
+
+# md5 of build_plan(config, 132, gpu=H200).to_blob() for the shipped configs, per planner revision.
+DEFAULT_PLAN_MD5 = {2: {"llama-3.2-1b-config.json": "f246aa1d1f3c1954e11c958c70158747",
+                        "smollm2-135m-config.json": "97e08896f961aaab71b78a81d90277e8"}}
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
+def test_default_plans_change_only_with_the_planner_revision(name):
+    """Plan caches are keyed by PLAN_REVISION (planfile.cache_path): a change of the default plans that does not bump
+    it would leave every cached plan of the old planner in use. If this fails after an intended planner change, bump
+    planner.plan.PLAN_REVISION and record the new hashes here."""
+    blob = build_plan(cfg(name), 132, gpu=GpuTarget("NVIDIA H200", 132, 9, 0)).to_blob()
+    assert PLAN_REVISION in DEFAULT_PLAN_MD5, f"no recorded hashes for PLAN_REVISION {PLAN_REVISION}"
+    assert hashlib.md5(blob.tobytes()).hexdigest() == DEFAULT_PLAN_MD5[PLAN_REVISION][name]

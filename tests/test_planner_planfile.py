@@ -124,6 +124,18 @@ def test_cache_builds_then_reuses(tmp_path, monkeypatch):
     same(p1, load_or_build(CFG, H200, 9, tmp_path))
 
 
+def test_cache_replans_after_a_planner_revision(tmp_path, monkeypatch):
+    """A plan cached by an older planner (another PLAN_REVISION) is not reused: the new planner's plan is built and
+    cached beside it, so an upgrade does not keep running the old, slower cut."""
+    old = load_or_build(CFG, H200, 9, tmp_path)
+    assert planfile.cache_path(tmp_path, old.shape, H200, 9, "tiles").name.endswith(f"-r{planfile.PLAN_REVISION}.tplan")
+    monkeypatch.setattr(planfile, "PLAN_REVISION", planfile.PLAN_REVISION + 1)
+    built = []
+    monkeypatch.setattr(planfile, "build_plan", lambda *a, **k: built.append(1) or build_plan(*a, **k))
+    same(old, load_or_build(CFG, H200, 9, tmp_path))
+    assert built == [1] and len(list(tmp_path.iterdir())) == 2
+
+
 def test_cache_replans_for_another_gpu(tmp_path, caplog):
     p = load_or_build(CFG, H200, 9, tmp_path)
     # Same cache path, GPU that differs only in what the file name does not encode.
