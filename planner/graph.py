@@ -147,7 +147,7 @@ def default_single(head_dim: int) -> int:
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
                 o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0,
-                min_rows: int = MIN_ROWS) -> TileGraph:
+                min_rows: int = MIN_ROWS, attn_off_qkv: bool = False) -> TileGraph:
     """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
     layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
     attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
@@ -156,7 +156,9 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     o_rows > 0 (experiment, perf log session 19): the o projection in pieces of exactly o_rows rows instead; under
     o_off_merge as many as there are other workers avoid the MERGE workers, the rest go to the least loaded.
     min_rows: the qkv, o, gate/up and down cuts give pieces of at least min_rows rows where one piece per worker
-    would be a small tile (SMALL_TILE_BYTES); 0: one piece per worker always."""
+    would be a small tile (SMALL_TILE_BYTES); 0: one piece per worker always.
+    attn_off_qkv (experiment, perf log session 20, Next item 2): every ATTN tile, not only partition 0, avoids the
+    workers of its layer's qkv tiles, where enough workers have none (SmolLM2 under v50's floor: 72 for 48 tiles)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -257,12 +259,13 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         st = new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
         per = -(-context_hint // P)
         first_part = {}
+        all_off = attn_off_qkv and workers - len({tiles[i].piece for i in qkv_tiles}) >= s.num_kv_heads * P
         for h in range(s.num_kv_heads):
             for p in range(P):
                 if p == 0:
                     first_part[h] = len(tiles)
                 add(Op.ATTN, st, h * P + p, cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
-                    not_with=qkv_tiles if free_qkv and p == 0 else (),
+                    not_with=qkv_tiles if (free_qkv and p == 0) or all_off else (),
                     layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
                     out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
                     weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)

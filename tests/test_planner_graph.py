@@ -279,3 +279,20 @@ def test_default_plans_change_only_with_the_planner_revision(name):
     blob = build_plan(cfg(name), 132, gpu=GpuTarget("NVIDIA H200", 132, 9, 0)).to_blob()
     assert PLAN_REVISION in DEFAULT_PLAN_MD5, f"no recorded hashes for PLAN_REVISION {PLAN_REVISION}"
     assert hashlib.md5(blob.tobytes()).hexdigest() == DEFAULT_PLAN_MD5[PLAN_REVISION][name]
+
+
+def test_every_attention_partition_can_avoid_the_qkv_workers():
+    """attn_off_qkv (experiment): on SmolLM2 (60 qkv pieces, 72 free workers for 48 ATTN tiles per layer) no ATTN tile
+    shares a worker with a qkv tile of its layer; on Llama-1B (124 qkv pieces, 8 free workers for 128 ATTN tiles)
+    the option cannot apply and the plan is the default one."""
+    d = cfg("smollm2-135m-config.json")
+    plan = build_plan(d, 132, attn_off_qkv=True)
+    T = np.asarray(plan.tiles)
+    for w in range(132):
+        lst = plan.worker_list(w).tolist()
+        qkv = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.QKV}
+        attn = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.ATTN}
+        assert not qkv & attn, w
+    assert not np.array_equal(plan.to_blob(), build_plan(d, 132).to_blob())
+    d = cfg("llama-3.2-1b-config.json")
+    assert np.array_equal(build_plan(d, 132, attn_off_qkv=True).to_blob(), build_plan(d, 132).to_blob())
