@@ -259,7 +259,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         st = new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
         per = -(-context_hint // P)
         first_part = {}
-        all_off = attn_off_qkv and workers - len({tiles[i].piece for i in qkv_tiles}) >= s.num_kv_heads * P
+        all_off = attn_off_qkv and workers - qkv_pieces >= s.num_kv_heads * P
         for h in range(s.num_kv_heads):
             for p in range(P):
                 if p == 0:

@@ -42,6 +42,7 @@ import tiles_ext  # noqa: E402,F401
 from tiles_ext.errors import check_state  # noqa: E402
 from tiles_ext.models import load_config, random_model  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
+from tiles_ext.planner.graph import MIN_ROWS  # noqa: E402
 from tiles_ext.runtime import TileRuntime, model_weights, rope_tables  # noqa: E402
 
 # Tile record columns (plan_format.h Tile)
@@ -415,8 +416,8 @@ def main():
                     help="wait_bound.py spec: those waits moved to the previous step (timing only, wrong results)")
     ap.add_argument("--ref-gbs", type=float, default=4250.0 / 132,
                     help="per-SM streaming rate the excess is measured against (GB/s; default 4.25 TB/s / 132)")
-    ap.add_argument("--min-rows", type=int, default=-1,
-                    help="planner.graph's matvec floor (build_plan min_rows; -1: the planner's default)")
+    ap.add_argument("--min-rows", type=int, default=MIN_ROWS,
+                    help="planner.graph's matvec floor (build_plan min_rows; 0: one piece per worker)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
@@ -427,8 +428,7 @@ def main():
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
-                      attn0_off_qkv=bool(args.attn0_off_qkv),
-                      **({} if args.min_rows < 0 else {"min_rows": args.min_rows}))
+                      attn0_off_qkv=bool(args.attn0_off_qkv), min_rows=args.min_rows)
     if args.drop:
         sys.path.insert(0, str(ROOT / "scripts"))
         from wait_bound import drop_waits

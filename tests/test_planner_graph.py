@@ -11,7 +11,7 @@ from tiles_ext.planner import build_plan
 from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, Op, weight_index
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
 from tiles_ext.planner.graph import floor_pieces, max_piece_rows
-from tiles_ext.planner.plan import PLAN_REVISION, GpuTarget
+from tiles_ext.planner.plan import PLAN_REVISION, GpuTarget, slot_name
 from tiles_ext.planner.summary import stage_stats
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -205,20 +205,17 @@ def test_o_projection_in_pieces_of_fixed_rows(name):
         build_plan(cfg(name), 132, min_rows=-1)
 
 
+MATVEC_KIND = {"q": "qkv", "k": "qkv", "v": "qkv", "o": "o", "gate": "gateup", "down": "down"}
+
+
 def matvec_tiles(plan, layer):
-    """{stage kind: [(row_begin, row_end), ...]} of one layer's qkv, o, gate/up and down tiles."""
+    """{stage kind: [(row_begin, row_end), ...]} of one layer's qkv, o, gate/up and down tiles (by weight slot)."""
     T = np.asarray(plan.tiles)
-    L = plan.shape.num_layers
     out = {"qkv": [], "o": [], "gateup": [], "down": []}
-    for i in range(plan.header["num_tiles"]):
-        if T[i, COL["layer"]] != layer:
-            continue
-        op, wt = T[i, COL["op"]], T[i, COL["weight"]]
-        kind = ("qkv" if op == Op.QKV else "gateup" if op == Op.GATEUP
-                else "o" if op == Op.RESID and wt == weight_index(layer, "o", L)
-                else "down" if op == Op.RESID else None)
+    for t in T[T[:, COL["layer"]] == layer]:
+        kind = MATVEC_KIND.get(slot_name(int(t[COL["weight"]]), plan.shape.num_layers))
         if kind:
-            out[kind].append((int(T[i, COL["row_begin"]]), int(T[i, COL["row_end"]])))
+            out[kind].append((int(t[COL["row_begin"]]), int(t[COL["row_end"]])))
     return out
 
 
