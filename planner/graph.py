@@ -132,6 +132,9 @@ def _cut_segments_whole(segments, pieces: int):
 # 0.975 ms/token at context 32 and 1.070 instead of 1.052 at 4064; Llama-3.2-1B with 8 instead of 16: -1% at 32,
 # +14% at 4064.
 MAX_DEFAULT_PARTITIONS = 16
+# Where more than the default partitions of every KV head fit on workers without a qkv tile of their layer, the
+# attention takes as many as fit, up to this (perf log v51: SmolLM2 24, measured against 16, 20, 32 and 44).
+MAX_OFF_QKV_PARTITIONS = 24
 
 
 def default_partitions(workers: int, num_kv_heads: int) -> int:
@@ -147,7 +150,7 @@ def default_single(head_dim: int) -> int:
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
                 o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0,
-                min_rows: int = MIN_ROWS, attn_off_qkv: bool = False) -> TileGraph:
+                min_rows: int = MIN_ROWS, attn_off_qkv: bool | None = False) -> TileGraph:
     """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
     layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
     attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
@@ -157,8 +160,12 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     o_off_merge as many as there are other workers avoid the MERGE workers, the rest go to the least loaded.
     min_rows: the qkv, o, gate/up and down cuts give pieces of at least min_rows rows where one piece per worker
     would be a small tile (SMALL_TILE_BYTES); 0: one piece per worker always.
-    attn_off_qkv (experiment, perf log session 20, Next item 2): every ATTN tile, not only partition 0, avoids the
-    workers of its layer's qkv tiles, where enough workers have none (SmolLM2 under v50's floor: 72 for 48 tiles)."""
+    attn_off_qkv: every ATTN tile, not only partition 0, avoids the workers of its layer's qkv tiles, where enough
+    workers have none. None (build_plan's default, perf log v51): where attn0_off_qkv applies, attn_partitions is
+    not given and the workers without a qkv tile hold at least the default partitions of every KV head, the
+    attention takes as many partitions as they hold (at most MAX_OFF_QKV_PARTITIONS), all off the qkv workers
+    (SmolLM2: 72 such workers, 24 partitions of its 3 KV heads); elsewhere nothing changes (Llama-1B: 8 such
+    workers)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
@@ -167,6 +174,14 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     L, H, hd, G = s.num_layers, s.hidden, s.head_dim, s.group
     nq, nkv = s.num_heads * hd, s.num_kv_heads * hd
     P = attn_partitions or default_partitions(workers, s.num_kv_heads)
+    # The qkv cut is the same in every layer; the attention's partitions depend on the workers it leaves free.
+    free_qkv = attn0_off_qkv and workers > 2 * s.num_kv_heads
+    qkv_pieces = floor_pieces(nq + 2 * nkv, workers - s.num_kv_heads if free_qkv else workers, H * 2, min_rows)
+    if attn_off_qkv is None:
+        off_p = min(MAX_OFF_QKV_PARTITIONS, (workers - qkv_pieces) // s.num_kv_heads)
+        attn_off_qkv = free_qkv and attn_partitions is None and off_p >= P
+        if attn_off_qkv:
+            P = off_p
     if attn_single is None:
         attn_single = default_single(hd)
     if o_rows < 0 or min_rows < 0:
@@ -244,9 +259,7 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
         segs = []
         for h in range(s.num_kv_heads):
             segs += [(("q", h), G * hd), (("k", h), hd), (("v", h), hd)]
-        free_qkv = attn0_off_qkv and workers > 2 * s.num_kv_heads
         qkv_tiles = []
-        qkv_pieces = floor_pieces(nq + 2 * nkv, workers - s.num_kv_heads if free_qkv else workers, H * 2, min_rows)
         for piece, (which, h), r0, r1 in cut_rows(segs, qkv_pieces):
             qkv_tiles.append(len(tiles))
             base_row = h * (G * hd if which == "q" else hd)
