@@ -418,8 +418,12 @@ def main():
                     help="per-SM streaming rate the excess is measured against (GB/s; default 4.25 TB/s / 132)")
     ap.add_argument("--min-rows", type=int, default=MIN_ROWS,
                     help="planner.graph's matvec floor (build_plan min_rows; 0: one piece per worker)")
+    ap.add_argument("--plan", default="",
+                    help="more build_plan options, '@'-separated ints as in wait_bound.py, e.g. "
+                         "'attn_partitions=20@attn_off_qkv=1'")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    plan_kw = {k: int(x) for k, x in (e.split("=") for e in args.plan.split("@") if "=" in e)}
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = ctypes.CDLL(str(build_lib(out_dir)))
@@ -428,7 +432,7 @@ def main():
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
-                      attn0_off_qkv=bool(args.attn0_off_qkv), min_rows=args.min_rows)
+                      attn0_off_qkv=bool(args.attn0_off_qkv), min_rows=args.min_rows, **plan_kw)
     if args.drop:
         sys.path.insert(0, str(ROOT / "scripts"))
         from wait_bound import drop_waits
@@ -436,7 +440,7 @@ def main():
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
               "drop": args.drop,
               "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "min_rows": args.min_rows,
-              "handoff": args.handoff,
+              "handoff": args.handoff, "plan": plan_kw, "attn_partitions": plan.header["attn_partitions"],
               "runs": {}}
     for opt in [int(x) for x in args.opts.split(",")]:
         pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
