@@ -6,6 +6,8 @@
 #                               as $OUT/opt_ab-TAG.json
 #   abx TAG                     opt_ab at long context too ($AB_MODELS; Llama-1B 32 / 4064 / 16000, SmolLM2 32)
 #   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
+#   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
+#   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
 AB_T0=$(date +%s)
 build() {
@@ -34,4 +36,16 @@ ab_base_in() {
 }
 ab_new_in() {
   cp /tmp/new.cu csrc/cuda/decode_kernel.cu
+}
+keep_so() { cp "$(ls tiles_ext/_C*.so)" "/tmp/so_$1"; }
+swap_ab() {  # swap_ab MODELS TAG [TAG ...]: builds of one machine compared without a rebuild between rounds
+  local models=$1 r v
+  shift
+  for r in 1 2; do
+    for v in "$@"; do
+      cp "/tmp/so_$v" "$(ls tiles_ext/_C*.so)"
+      timeout 100 python3 scripts/opt_ab.py --rounds 1 --max-cache 16512 --opts 25183 --models "$models" 2>&1 \
+        | grep -v Warning | grep "round\|rror" | sed "s/^/$v r$r /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
+    done
+  done
 }

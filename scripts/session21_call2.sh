@@ -7,22 +7,14 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call2.log") 2>&1
 source scripts/ab_common.sh
-so() { ls tiles_ext/_C*.so; }
 build base
-cp "$(so)" /tmp/so_base
+keep_so base
 timeout 150 python3 scripts/wait_bound.py --rounds 3 --handoff auto --max-cache 4160 \
   --variants "attn_off_qkv=1;attn_off_qkv=1@o_off_attn=1;o_off_attn=1" \
   --models "smollm2-135m:32,4064" 2>&1 | grep -v Warning | grep "BOUND\|rror"
 build combine TILES_COMBINE_UNROLL=1
-cp "$(so)" /tmp/so_combine
+keep_so combine
 timeout 90 python3 -m pytest -q -x tests/test_cuda_kernel.py \
   -k "long_context or matches_cpu or bit_identical_repeats or latency_options" 2>&1 | tail -3
-for r in 1 2; do
-  for v in base combine; do
-    cp /tmp/so_$v "$(so)"
-    timeout 100 python3 scripts/opt_ab.py --rounds 1 --max-cache 16512 --opts 25183 \
-      --models "llama-3.2-1b:32,4064,16000" 2>&1 | grep -v Warning | grep "round\|rror" \
-      | sed "s/^/$v r$r /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
-  done
-done
+swap_ab "llama-3.2-1b:32,4064,16000" base combine
 echo "total t=$(( $(date +%s) - AB_T0 ))"

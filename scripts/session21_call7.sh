@@ -6,17 +6,9 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call7.log") 2>&1
 source scripts/ab_common.sh
-so() { ls tiles_ext/_C*.so; }
 build base
-cp "$(so)" /tmp/so_base
+keep_so base
 build nostage TILES_O_NOSTAGE_LONG=1
-cp "$(so)" /tmp/so_nostage
-for r in 1 2; do
-  for v in base nostage; do
-    cp /tmp/so_$v "$(so)"
-    timeout 60 python3 scripts/opt_ab.py --rounds 1 --max-cache 16512 --opts 25183 \
-      --models "llama-3.2-1b:4064,16000,32" 2>&1 | grep -v Warning | grep "round\|rror" \
-      | sed "s/^/$v r$r /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
-  done
-done
+keep_so nostage
+swap_ab "llama-3.2-1b:4064,16000,32" base nostage
 echo "total t=$(( $(date +%s) - AB_T0 ))"
