@@ -150,7 +150,7 @@ def default_single(head_dim: int) -> int:
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
                 o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0,
-                min_rows: int = MIN_ROWS, attn_off_qkv: bool | None = False) -> TileGraph:
+                min_rows: int = MIN_ROWS, attn_off_qkv: bool | None = False, gateup_off_o: bool = False) -> TileGraph:
     """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
     layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
     attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
@@ -298,15 +298,18 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
             o_cut = cut_rows([("o", H)], floor_pieces(H, workers - s.num_kv_heads if avoid else workers, nq * 2,
                                                         min_rows))
         free = workers - s.num_kv_heads
+        o_tiles = []
         for piece, _, r0, r1 in o_cut:
+            o_tiles.append(len(tiles))
             add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
                 not_with=merge_tiles if avoid and piece < free else (),
                 layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
                 out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
         st = new_stage(f"L{l}.gateup", [f"gateup{l}"])
         gu_pieces = floor_pieces(s.intermediate, workers, 4 * H, min_rows)
+        gu_avoid = o_tiles if gateup_off_o and workers - len(o_tiles) >= gu_pieces else ()
         for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], gu_pieces):
-            add(Op.GATEUP, st, piece, cid[f"gateup{l}"], [full(f"o{l}")],
+            add(Op.GATEUP, st, piece, cid[f"gateup{l}"], [full(f"o{l}")], not_with=gu_avoid,
                 layer=l, weight=W(l, "gate"), weight2=W(l, "up"), norm=W(l, "post_norm"), in_buf=bid[f"xm{l}"],
                 out_buf=bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
                 weight_bytes=2 * (r1 - r0) * H * 2)

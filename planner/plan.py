@@ -171,7 +171,7 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
                attn_single: int | None = None, o_off_merge: bool = True, attn0_off_qkv: bool = True,
                merge_next: bool = True, validate: bool = True, o_rows: int = 0, min_rows: int = MIN_ROWS,
-               attn_off_qkv: bool | None = None) -> Plan:
+               attn_off_qkv: bool | None = None, gateup_off_o: bool = False) -> Plan:
     """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict).
     merge_next: mark each partition-0 ATTN tile whose MERGE runs right after it on the same worker (out_offset 1;
     format.py), so that at short context the kernel skips the partials nobody reads (perf log v44).
@@ -179,7 +179,7 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
     shape = config if isinstance(config, ModelShape) else ModelShape.from_config(config)
     gpu = gpu or GpuTarget()
     g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single, o_off_merge,
-                    attn0_off_qkv, o_rows, min_rows, attn_off_qkv)
+                    attn0_off_qkv, o_rows, min_rows, attn_off_qkv, gateup_off_o)
     lists = assign(g)
 
     buffers = np.zeros((len(g.buffers), BUFFER.words), dtype=np.int32)

@@ -310,3 +310,22 @@ def test_attention_partitions_off_the_qkv_workers_where_they_fit():
     assert plan.header["attn_partitions"] == 16
     assert np.array_equal(plan.to_blob(), build_plan(d, 132, attn_off_qkv=False).to_blob())
     assert np.array_equal(plan.to_blob(), build_plan(d, 132, attn_off_qkv=True).to_blob())
+
+def test_gateup_can_avoid_the_o_workers():
+    """gateup_off_o (experiment, perf log session 21): on SmolLM2 (36 o and 96 gate/up pieces on 132 workers) no
+    gate/up tile shares a worker with an o tile of its layer, which v51's default plan does ~6 times per layer; on
+    Llama-1B (124 o and 132 gate/up pieces) the option cannot apply and the plan is the default one."""
+    def gateup_on_o_workers(plan):
+        T = np.asarray(plan.tiles)
+        n = 0
+        for w in range(plan.header["num_workers"]):
+            lst = plan.worker_list(w).tolist()
+            o = {T[i, COL["layer"]] for i in lst if slot_name(int(T[i, COL["weight"]]), plan.header["num_layers"]) == "o"}
+            n += sum(1 for i in lst if T[i, COL["op"]] == Op.GATEUP and T[i, COL["layer"]] in o)
+        return n
+
+    d = cfg("smollm2-135m-config.json")
+    assert gateup_on_o_workers(build_plan(d, 132)) > 0
+    assert gateup_on_o_workers(build_plan(d, 132, gateup_off_o=True)) == 0
+    d = cfg("llama-3.2-1b-config.json")
+    assert np.array_equal(build_plan(d, 132, gateup_off_o=True).to_blob(), build_plan(d, 132).to_blob())
