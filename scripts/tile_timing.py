@@ -423,7 +423,9 @@ def main():
                          "'attn_partitions=20@attn_off_qkv=1'")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    plan_kw = {k: int(x) for k, x in (e.split("=") for e in args.plan.split("@") if "=" in e)}
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from wait_bound import drop_waits, planner_options
+    plan_kw = planner_options(args.plan)
     out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = ctypes.CDLL(str(build_lib(out_dir)))
@@ -434,8 +436,6 @@ def main():
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
                       attn0_off_qkv=bool(args.attn0_off_qkv), min_rows=args.min_rows, **plan_kw)
     if args.drop:
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from wait_bound import drop_waits
         print(f"--drop {args.drop}: {drop_waits(plan, args.drop)} waits moved to the previous step (wrong results)")
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
               "drop": args.drop,

@@ -34,6 +34,11 @@ from tiles_ext.planner.format import TILE, WAIT  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
 
 
+def planner_options(spec: str) -> dict:
+    """build_plan options of a variant or --plan spec: its '@'-separated 'name=int' parts ("o_rows=16@min_rows=0")."""
+    return {k: int(x) for k, x in (e.split("=") for e in spec.split("@") if "=" in e)}
+
+
 def drop_waits(plan, spec: str) -> int:
     """Moves the waits named by spec ("C<P+C2<P2") to the previous step, in place; returns how many moved."""
     cls = tile_classes(plan)
@@ -79,7 +84,7 @@ def main():
         model = random_model(cfg, device="cuda", seed=0)
         ops = {"base": Op(model, build_plan(cfg, workers=sms, gpu=gpu), args.max_cache)}
         for v in args.variants.split(";"):
-            kw = {k: int(x) for k, x in (e.split("=") for e in v.split("@") if "=" in e)}
+            kw = planner_options(v)
             drops = "+".join(e for e in v.split("@") if "<" in e)
             plan = build_plan(cfg, workers=sms, gpu=gpu, **kw)
             if drops and args.handoff != "counters":

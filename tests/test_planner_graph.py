@@ -281,6 +281,21 @@ def test_default_plans_change_only_with_the_planner_revision(name):
     assert hashlib.md5(blob.tobytes()).hexdigest() == DEFAULT_PLAN_MD5[PLAN_REVISION][name]
 
 
+def same_layer_pairs(plan, first, second) -> int:
+    """How many tiles matching `second` share a worker with a tile matching `first` of the same layer."""
+    T = np.asarray(plan.tiles)
+    n = 0
+    for w in range(plan.header["num_workers"]):
+        rows = T[plan.worker_list(w)]
+        layers = {t[COL["layer"]] for t in rows if first(t)}
+        n += sum(1 for t in rows if second(t) and t[COL["layer"]] in layers)
+    return n
+
+
+def is_op(op):
+    return lambda t: t[COL["op"]] == op
+
+
 def test_attention_partitions_off_the_qkv_workers_where_they_fit():
     """v51: SmolLM2 on 132 workers (60 qkv pieces) leaves 72 workers without a qkv tile, room for 24 partitions of
     each of its 3 KV heads: the default plan takes 24 partitions and no ATTN tile shares a worker with a qkv tile of
@@ -288,13 +303,7 @@ def test_attention_partitions_off_the_qkv_workers_where_they_fit():
     pieces, 8 free workers for 128 ATTN tiles): the rule cannot apply and nothing changes. An explicit partition
     count is kept as given."""
     def attn_on_qkv_workers(plan):
-        T = np.asarray(plan.tiles)
-        n = 0
-        for w in range(plan.header["num_workers"]):
-            lst = plan.worker_list(w).tolist()
-            qkv = {T[i, COL["layer"]] for i in lst if T[i, COL["op"]] == Op.QKV}
-            n += sum(1 for i in lst if T[i, COL["op"]] == Op.ATTN and T[i, COL["layer"]] in qkv)
-        return n
+        return same_layer_pairs(plan, is_op(Op.QKV), is_op(Op.ATTN))
 
     d = cfg("smollm2-135m-config.json")
     plan = build_plan(d, 132)
@@ -311,18 +320,14 @@ def test_attention_partitions_off_the_qkv_workers_where_they_fit():
     assert np.array_equal(plan.to_blob(), build_plan(d, 132, attn_off_qkv=False).to_blob())
     assert np.array_equal(plan.to_blob(), build_plan(d, 132, attn_off_qkv=True).to_blob())
 
+
 def test_gateup_can_avoid_the_o_workers():
     """gateup_off_o (experiment, perf log session 21): on SmolLM2 (36 o and 96 gate/up pieces on 132 workers) no
     gate/up tile shares a worker with an o tile of its layer, which v51's default plan does ~6 times per layer; on
     Llama-1B (124 o and 132 gate/up pieces) the option cannot apply and the plan is the default one."""
     def gateup_on_o_workers(plan):
-        T = np.asarray(plan.tiles)
-        n = 0
-        for w in range(plan.header["num_workers"]):
-            lst = plan.worker_list(w).tolist()
-            o = {T[i, COL["layer"]] for i in lst if slot_name(int(T[i, COL["weight"]]), plan.header["num_layers"]) == "o"}
-            n += sum(1 for i in lst if T[i, COL["op"]] == Op.GATEUP and T[i, COL["layer"]] in o)
-        return n
+        is_o = lambda t: slot_name(int(t[COL["weight"]]), plan.shape.num_layers) == "o"  # noqa: E731
+        return same_layer_pairs(plan, is_o, is_op(Op.GATEUP))
 
     d = cfg("smollm2-135m-config.json")
     assert gateup_on_o_workers(build_plan(d, 132)) > 0
