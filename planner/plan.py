@@ -163,19 +163,22 @@ def mark_merge_next(tiles: np.ndarray, lists) -> None:
 # The default planner's revision: bumped whenever build_plan's defaults give another plan for some config, so that
 # plan caches (planfile.cache_path) re-plan instead of running an older plan, valid but slower, forever.
 # 2: small matvec tiles floored at 16 rows (perf log v50). 3: every ATTN tile off the qkv workers, with as many
-# partitions as they hold, where they hold the default's (v51). tests/test_planner_graph.py holds each plan's hash.
-PLAN_REVISION = 3
+# partitions as they hold, where they hold the default's (v51). 4: gate/up pieces off the layer's o workers where
+# the others hold them all (v52). tests/test_planner_graph.py holds each plan's hash.
+PLAN_REVISION = 4
 
 
 def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | None = None,
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
                attn_single: int | None = None, o_off_merge: bool = True, attn0_off_qkv: bool = True,
                merge_next: bool = True, validate: bool = True, o_rows: int = 0, min_rows: int = MIN_ROWS,
-               attn_off_qkv: bool | None = None, gateup_off_o: bool = False) -> Plan:
+               attn_off_qkv: bool | None = None, gateup_off_o: bool = True) -> Plan:
     """Tile graph + schedule + blob for a Llama-family config (a ModelShape, a transformers config or a dict).
     merge_next: mark each partition-0 ATTN tile whose MERGE runs right after it on the same worker (out_offset 1;
     format.py), so that at short context the kernel skips the partials nobody reads (perf log v44).
-    attn_off_qkv: None places the attention's partitions by graph.build_graph's rule (v51); True / False force it."""
+    attn_off_qkv: None places the attention's partitions by graph.build_graph's rule (v51); True / False force it.
+    gateup_off_o: the gate/up pieces avoid the layer's o workers where the others hold them all (v52: SmolLM2, whose
+    gate/up tiles behind an o tile started late; Llama-1B's stages fill every worker and its plan is unchanged)."""
     shape = config if isinstance(config, ModelShape) else ModelShape.from_config(config)
     gpu = gpu or GpuTarget()
     g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single, o_off_merge,

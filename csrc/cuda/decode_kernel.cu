@@ -768,7 +768,7 @@ struct MatvecOut {
   int op;
   int32_t row_begin, row_end, out_offset;
   uint16_t* out_bf16;   // QKV, GATEUP
-  float* out_f32;       // RESID
+  float* out_f32;       // RESID; LMHEAD: the tile's rows [row - row_begin] in shared memory too, or null (v54)
   const float* resid;   // RESID in2
   const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory (kOptResidSmem) or null
   float* logits;        // LMHEAD row of this step
@@ -816,6 +816,10 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
       const int32_t r = o.row_begin + 2 * unit;
       o.logits[r] = a0;
       if (r + 1 < o.row_end) o.logits[r + 1] = a1;
+      if (o.out_f32 != nullptr) {
+        o.out_f32[r - o.row_begin] = a0;
+        if (r + 1 < o.row_end) o.out_f32[r + 1 - o.row_begin] = a1;
+      }
       break;
     }
     default:
@@ -2494,20 +2498,21 @@ __device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t*
 // ---------------------------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------------------------
-// The LM-head tile's partial (max, argmax) over its rows, read back from the logits row this block just wrote, into
-// part[2 * slot], part[2 * slot + 1]. Out of line (scalar arguments): it runs once per step, and inlined its code sat
+// The LM-head tile's partial (max, argmax) over its rows, from `rows` (shared memory) or else the logits row this
+// block just wrote, into part[2 * slot], part[2 * slot + 1]. Out of line (scalar arguments): it runs once per step, and inlined its code sat
 // between the hot blocks of the tile loop (perf log v36).
 __device__ TILES_OUTLINE void lmhead_partial(int32_t row_begin, int32_t row_end, const float* logits, float* red,
-                                            float* part, int32_t slot, uint32_t epoch) {
+                                            float* part, int32_t slot, uint32_t epoch, const float* rows) {
   const int tid = threadIdx.x;
-  // Partial (max, argmax) over this tile's rows, read back (ld.cg, L2) from the logits row this block just
-  // wrote: the fence makes each writer's stores visible at L2 before the barrier.
-  __threadfence();
+  // Partial (max, argmax) over this tile's rows: from shared memory where emit kept them (v54, `rows`), else read
+  // back (ld.cg, L2) from the logits row this block just wrote: the fence makes each writer's stores visible at L2
+  // before the barrier.
+  if (rows == nullptr) __threadfence();
   __syncthreads();
   float bv = -INFINITY;
   int32_t bi = INT32_MAX;
   for (int32_t r = row_begin + tid; r < row_end; r += kThreads) {
-    const float v = __ldcg(logits + r);
+    const float v = rows != nullptr ? rows[r - row_begin] : __ldcg(logits + r);
     if (better(v, r, bv, bi)) {
       bv = v;
       bi = r;
@@ -2673,7 +2678,11 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         o.out_f32 = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
         o.resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
       }
-      if (t.op == kOpLmhead) o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
+      if (t.op == kOpLmhead) {
+        o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
+        // v54: the rows in the residual's shared memory (unused by LMHEAD) where they fit, for lmhead_partial.
+        if (!resid_smem && t.row_end - t.row_begin <= p.h.hidden) o.out_f32 = rsd;
+      }
       if (kStream && stream != nullptr) {
         matvec_stream(p, cols, vec, o, red, *stream, stream_n);
       } else {
@@ -2693,7 +2702,8 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       }
 #endif
       if (t.op == kOpLmhead) lmhead_partial(t.row_begin, t.row_end, o.logits, red,
-                                            reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)), t.aux0, sc.epoch);
+                                            reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)), t.aux0, sc.epoch,
+                                            o.out_f32);
       break;
     }
     case kOpAttn:
