@@ -1,6 +1,7 @@
 """TILES_LEAN_OPT experiment (scripts/lean_ab.sh): runs the op for 16 steps on fixed random inputs and saves, or
 compares against, the logits and tokens; the lean build must give the normal build's bits.
-Usage: python scripts/lean_check.py save|compare FILE"""
+Usage: python scripts/lean_check.py save|compare FILE [POS] (POS: the first step's position, default 40; past 2048
+every attention tile holds a whole chunk, so all 16 warps' states enter the combine)"""
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from tiles_ext.models import load_config, random_model  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
 
 mode, path = sys.argv[1], sys.argv[2]
+pos = int(sys.argv[3]) if len(sys.argv) > 3 else 40
 out = {}
 for name in ("smollm2-135m", "llama-3.2-1b"):
     cfg = load_config(name)
@@ -20,8 +22,8 @@ for name in ("smollm2-135m", "llama-3.2-1b"):
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"))
     torch.manual_seed(0)
-    op = Op(model, plan, 512)  # its KV cache is random (seeded above)
-    op.pos.fill_(40)
+    op = Op(model, plan, max(512, pos + 64))  # its KV cache is random (seeded above)
+    op.pos.fill_(pos)
     logits, tokens = op(16)
     out[name] = (logits.cpu(), tokens.cpu())
 if mode == "save":

@@ -2499,8 +2499,8 @@ __device__ void merge_local(const KernelParams& p, const Tile& t, const uint8_t*
 // The kernel
 // ---------------------------------------------------------------------------------------------------------------
 // The LM-head tile's partial (max, argmax) over its rows, from `rows` (shared memory) or else the logits row this
-// block just wrote, into part[2 * slot], part[2 * slot + 1]. Out of line (scalar arguments): it runs once per step, and inlined its code sat
-// between the hot blocks of the tile loop (perf log v36).
+// block just wrote, into part[2 * slot], part[2 * slot + 1]. Out of line (scalar arguments): it runs once per step,
+// and inlined its code sat between the hot blocks of the tile loop (perf log v36).
 __device__ TILES_OUTLINE void lmhead_partial(int32_t row_begin, int32_t row_end, const float* logits, float* red,
                                             float* part, int32_t slot, uint32_t epoch, const float* rows) {
   const int tid = threadIdx.x;
@@ -2681,7 +2681,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       if (t.op == kOpLmhead) {
         o.logits = p.logits + int64_t(sc.step) * p.h.vocab;
         // v54: the rows in the residual's shared memory (unused by LMHEAD) where they fit, for lmhead_partial.
-        if (!resid_smem && t.row_end - t.row_begin <= p.h.hidden) o.out_f32 = rsd;
+        if (t.row_end - t.row_begin <= p.h.hidden) o.out_f32 = rsd;
       }
       if (kStream && stream != nullptr) {
         matvec_stream(p, cols, vec, o, red, *stream, stream_n);
