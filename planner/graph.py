@@ -165,7 +165,10 @@ def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_par
     not given and the workers without a qkv tile hold at least the default partitions of every KV head, the
     attention takes as many partitions as they hold (at most MAX_OFF_QKV_PARTITIONS), all off the qkv workers
     (SmolLM2: 72 such workers, 24 partitions of its 3 KV heads); elsewhere nothing changes (Llama-1B: 8 such
-    workers)."""
+    workers).
+    gateup_off_o (build_plan's default, perf log v52): the gate/up pieces avoid the workers of the layer's o tiles
+    where the other workers hold them all (SmolLM2: 36 o and 96 gate/up pieces), so that none stages its first
+    batch only after an o tile on its worker."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
