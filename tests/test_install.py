@@ -151,6 +151,7 @@ TOOL_BUILDS = {
     "poll_probe": (REPO / "scripts" / "poll_probe.cu", []),
     "reduce_probe": (REPO / "scripts" / "reduce_probe.cu", []),
     "notify_probe": (REPO / "scripts" / "notify_probe.cu", []),
+    "smem_probe": (REPO / "scripts" / "smem_probe.cu", []),
     # Experiment builds: the split main-phase mark (tile_timing.py TILES_TIMING_DEFINES) and the kernel with its
     # options fixed at compile time (setup.py TILES_LEAN_OPT, scripts/lean_ab.sh).
     "tile_timing_mark_split": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1", "-DTILES_MARK_SPLIT"]),
@@ -164,6 +165,8 @@ TOOL_BUILDS = {
                                                                        "-DTILES_ATTN_SPLIT=3"]),
     "tile_timing_attn_landing": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
                                                                         "-DTILES_ATTN_LANDING"]),
+    "tile_timing_attn_profile": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
+                                                                        "-DTILES_ATTN_PROFILE"]),
     # The fused MLP's epilogue cost for scripts/wait_bound.py (setup.py TILES_PROBE_MLP_REDUCE=1; timing only).
     "decode_kernel_default_probe_mlp_reduce": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_PROBE_MLP_REDUCE=1"]),
     # The flag-hand-off variant as the timing tool links it (scripts/tile_timing.py).

@@ -63,8 +63,9 @@ __device__ unsigned long long g_probe_mlp_acc[2048];  // the timing bound's accu
 #endif
 
 // TILES_ATTN_PROFILE (timing builds only, through TILES_TIMING_DEFINES): thread 0 of an ATTN tile adds the clock64
-// cycles of each step of its chunk loop (block-wide: every step ends at a barrier) and prints them for the last
-// layer's tiles of a few workers: where a chunk's time goes at long context (perf log, session 14).
+// cycles of each step of its chunk loop (the five-step loop's steps end at barriers; the warp path's sub-steps are
+// warp 0's) and prints them for the last layer's tiles of a few workers and of partition 0: where a chunk's time
+// goes (perf log, sessions 14 and 23).
 #if defined(TILES_ATTN_PROFILE) && TILES_TILE_TIMING
 #define ATTN_PROF_DECL unsigned long long prof_[8] = {0, 0, 0, 0, 0, 0, 0, 0}, prof_t_ = clock64();
 #define ATTN_PROF(k)                                \
@@ -2077,6 +2078,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
         float mx = fmaxf(sv, __shfl_xor_sync(0xffffffffu, sv, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        ATTN_PROF(4);  // the warp path's sub-steps (thread 0, warp 0): 4 scores, 5 softmax, 7 o, 3 the end barrier
         const float mn = fmaxf(wm, mx);  // finite for a live head: the warp's first position is in the chunk
         const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
         const float e = sv == -INFINITY ? 0.f : expf(sv - mn);
@@ -2089,6 +2091,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
         const float oa = __shfl_sync(0xffffffffu, alpha, src);
 #pragma unroll
         for (int k = 0; k < 8; ++k) wo[k] *= oa;
+        ATTN_PROF(5);
         // The warp's 8 positions unrolled (v46), so the shuffles and V loads of several positions overlap; a position
         // past nv adds nothing: its probability is 0 and its V row (possibly stale) is not read.
 #pragma unroll
@@ -2104,6 +2107,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
           }
         }
       }
+      ATTN_PROF(7);
       __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
       ATTN_PROF(3);
     } else {
@@ -2334,10 +2338,13 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
 #endif
   TILES_MARK(kTimePhase2);
 #if defined(TILES_ATTN_PROFILE) && TILES_TILE_TIMING
-  if (threadIdx.x == 0 && t.layer == p.h.num_layers - 1 && (blockIdx.x % 33) == 0)
+  // Workers 0, 33, 66, 99 and every partition-0 tile (at short context those sit on the workers without qkv).
+  // Warp path: "scores" (3) is the end-of-chunk barrier, "softmax" (4) the scores, "opart" (5) the softmax,
+  // "o" (7) the o update; the five-step loop leaves 7 at 0.
+  if (threadIdx.x == 0 && t.layer == p.h.num_layers - 1 && ((blockIdx.x % 33) == 0 || part == 0))
     printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu scores %llu softmax %llu "
-           "opart %llu combine %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1], prof_[2],
-           prof_[3], prof_[4], prof_[5], prof_[6]);
+           "opart %llu combine %llu o %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1],
+           prof_[2], prof_[3], prof_[4], prof_[5], prof_[6], prof_[7]);
 #endif
   if ((OPT(p) & kOptLocalMerge) && t.out_offset == 1 && part == 0 && hi >= pos + 1) return true;
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));

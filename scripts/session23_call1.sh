@@ -1,0 +1,29 @@
+#!/bin/bash
+# Session 23, call 1 (perf log, session 23; v56 rejected, slower everywhere: the knob was removed). v56 (build knob
+# TILES_ATTN_BULK=1): an ATTN tile's K/V chunks arrive by two 1-D bulk copies from one thread (an mbarrier per chunk
+# buffer, unpadded K rows) instead of 2048 cp.async from all 512 threads (session 22's profile: ~1.1K cycles of issue
+# per 128-position chunk). Bits against the base build (positions 40, 505: a partition holding only the new row,
+# 3000 and 16000), the kernel tests on the knob build, the two builds' .so in turn, then the knob build's ATTN
+# profile at 16000 if time is left (it was not).
+cd "$(dirname "$0")/.." || exit 1
+exec > >(tee "${OUT:-/tmp}/call1.log") 2>&1
+source scripts/ab_common.sh
+build base
+keep_so base
+for p in 40 505 3000 16000; do timeout 90 python3 scripts/lean_check.py save /tmp/ref$p.pt $p 2>&1 | tail -1; done
+build bulk TILES_ATTN_BULK=1
+keep_so bulk
+for p in 40 505 3000 16000; do timeout 90 python3 scripts/lean_check.py compare /tmp/ref$p.pt $p 2>&1 | tail -2; done
+timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
+swap_ab "llama-3.2-1b:32,4064,16000;smollm2-135m:32,4064" base bulk
+echo "swap done t=$(( $(date +%s) - AB_T0 ))"
+tt() {  # tt TAG CTX DEFINES
+  echo "=== $1: llama-3.2-1b ctx $2 defines '$3'"
+  TILES_TIMING_DEFINES="$3" TILES_TIMING_BUILD=/tmp/tt timeout 150 python3 scripts/tile_timing.py \
+    --model llama-3.2-1b --ctx "$2" --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-$1.json" > "/tmp/tt-$1.out" 2>&1
+  grep "ATTNPROF" "/tmp/tt-$1.out" | tail -8
+  grep -v "Warning\|ATTNPROF" "/tmp/tt-$1.out" | sed -n '/us\/token/,$p' | grep -v "^$" | head -40
+  cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
+}
+if [ $(( $(date +%s) - AB_T0 )) -lt 380 ]; then tt b16kp 16000 "-DTILES_ATTN_PROFILE -DTILES_ATTN_BULK=1"; fi
+echo "total t=$(( $(date +%s) - AB_T0 ))"
