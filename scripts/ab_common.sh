@@ -8,6 +8,8 @@
 #   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
 #   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
 #   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
+#   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
+#                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
 AB_T0=$(date +%s)
 build() {
@@ -48,4 +50,11 @@ swap_ab() {  # swap_ab MODELS TAG [TAG ...]: builds of one machine compared with
         | grep -v Warning | grep "round\|rror" | sed "s/^/$v r$r /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
     done
   done
+}
+attn_prof() {  # attn_prof TAG CTX DEFINES
+  echo "=== $1: llama-3.2-1b ctx $2 defines '$3'"
+  TILES_TIMING_DEFINES="$3" TILES_TIMING_BUILD=/tmp/tt timeout 150 python3 scripts/tile_timing.py \
+    --model llama-3.2-1b --ctx "$2" --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-$1.json" > "/tmp/tt-$1.out" 2>&1
+  grep "ATTNPROF" "/tmp/tt-$1.out" | tail -12
+  cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
 }

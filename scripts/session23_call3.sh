@@ -16,13 +16,6 @@ for p in 40 505 3000 16000; do timeout 90 python3 scripts/lean_check.py compare 
 timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
 swap_ab "llama-3.2-1b:32,4064,16000;smollm2-135m:32,4064" base ob
 echo "swap done t=$(( $(date +%s) - AB_T0 ))"
-tt() {  # tt TAG CTX DEFINES
-  echo "=== $1: llama-3.2-1b ctx $2 defines '$3'"
-  TILES_TIMING_DEFINES="$3" TILES_TIMING_BUILD=/tmp/tt timeout 150 python3 scripts/tile_timing.py \
-    --model llama-3.2-1b --ctx "$2" --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-$1.json" > "/tmp/tt-$1.out" 2>&1
-  grep "ATTNPROF" "/tmp/tt-$1.out" | tail -12
-  cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
-}
-if [ $(( $(date +%s) - AB_T0 )) -lt 430 ]; then tt m16kp 16000 "-DTILES_ATTN_PROFILE"; fi
-if [ $(( $(date +%s) - AB_T0 )) -lt 520 ]; then tt m32p 32 "-DTILES_ATTN_PROFILE"; fi
+if [ $(( $(date +%s) - AB_T0 )) -lt 430 ]; then attn_prof m16kp 16000 "-DTILES_ATTN_PROFILE"; fi
+if [ $(( $(date +%s) - AB_T0 )) -lt 520 ]; then attn_prof m32p 32 "-DTILES_ATTN_PROFILE"; fi
 echo "total t=$(( $(date +%s) - AB_T0 ))"
