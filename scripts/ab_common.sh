@@ -8,6 +8,8 @@
 #   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
 #   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
 #   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
+#   knob_ab TAG KNOB=v "POS" MODELS   a build knob against main's build: both built and kept, lean_check's bits at
+#                               the positions POS (saved on base, compared on TAG), the kernel tests on TAG, swap_ab
 #   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
 #                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
@@ -57,4 +59,16 @@ attn_prof() {  # attn_prof TAG CTX DEFINES
     --model llama-3.2-1b --ctx "$2" --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-$1.json" > "/tmp/tt-$1.out" 2>&1
   grep "ATTNPROF" "/tmp/tt-$1.out" | tail -12
   cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
+}
+knob_ab() {  # knob_ab TAG KNOB=value "POSITIONS" MODELS
+  local tag=$1 knob=$2 positions=$3 models=$4 p
+  build base
+  keep_so base
+  for p in $positions; do timeout 90 python3 scripts/lean_check.py save "/tmp/ref$p.pt" "$p" 2>&1 | tail -1; done
+  build "$tag" "$knob"
+  keep_so "$tag"
+  for p in $positions; do timeout 90 python3 scripts/lean_check.py compare "/tmp/ref$p.pt" "$p" 2>&1 | tail -2; done
+  timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
+  swap_ab "$models" base "$tag"
+  echo "swap done t=$(( $(date +%s) - AB_T0 ))"
 }

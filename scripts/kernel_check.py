@@ -101,6 +101,17 @@ class Op:
         return self.rt.step(self.w, self.k, self.v, self.ids, self.pos, self.inv, self.scale, n, eos)
 
 
+def default_op(name, max_len):
+    """An Op on model `name`'s shape: random weights (seed 0), this GPU's default plan, a K/V cache of max_len rows
+    whose random contents are seeded too (0): the same inputs in every process."""
+    cfg = load_config(name)
+    model = random_model(cfg, device=DEV, seed=0)
+    plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
+                      gpu=GpuTarget.of_device(DEV))
+    torch.manual_seed(0)
+    return Op(model, plan, max_len)
+
+
 def time_op(op, ctx, iters, graph_only=False):
     op.pos.fill_(ctx)
     if not graph_only:

@@ -8,21 +8,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_check import Op  # noqa: E402
-
-from tiles_ext.models import load_config, random_model  # noqa: E402
-from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
+from kernel_check import default_op  # noqa: E402
 
 mode, path = sys.argv[1], sys.argv[2]
 pos = int(sys.argv[3]) if len(sys.argv) > 3 else 40
 out = {}
 for name in ("smollm2-135m", "llama-3.2-1b"):
-    cfg = load_config(name)
-    model = random_model(cfg, device="cuda", seed=0)
-    plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
-                      gpu=GpuTarget.of_device("cuda"))
-    torch.manual_seed(0)
-    op = Op(model, plan, max(512, pos + 64))  # its KV cache is random (seeded above)
+    op = default_op(name, max(512, pos + 64))  # its KV cache is random (seeded)
     op.pos.fill_(pos)
     logits, tokens = op(16)
     out[name] = (logits.cpu(), tokens.cpu())

@@ -9,21 +9,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_check import Op  # noqa: E402
-
-from tiles_ext.models import load_config, random_model  # noqa: E402
-from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
+from kernel_check import default_op  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", default="llama-3.2-1b")
 ap.add_argument("--ctx", type=int, default=16000)
 ap.add_argument("--warm", type=int, default=3)
 a = ap.parse_args()
-cfg = load_config(a.model)
-model = random_model(cfg, device="cuda", seed=0)
-plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
-                  gpu=GpuTarget.of_device("cuda"))
-op = Op(model, plan, a.ctx + 64)
+op = default_op(a.model, a.ctx + 64)
 for _ in range(a.warm + 1):
     op.pos.fill_(a.ctx)  # every launch decodes at the same position (its appended row is rewritten alike)
     op(1)

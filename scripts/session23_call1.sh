@@ -8,14 +8,6 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call1.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-for p in 40 505 3000 16000; do timeout 90 python3 scripts/lean_check.py save /tmp/ref$p.pt $p 2>&1 | tail -1; done
-build bulk TILES_ATTN_BULK=1
-keep_so bulk
-for p in 40 505 3000 16000; do timeout 90 python3 scripts/lean_check.py compare /tmp/ref$p.pt $p 2>&1 | tail -2; done
-timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
-swap_ab "llama-3.2-1b:32,4064,16000;smollm2-135m:32,4064" base bulk
-echo "swap done t=$(( $(date +%s) - AB_T0 ))"
+knob_ab bulk TILES_ATTN_BULK=1 "40 505 3000 16000" "llama-3.2-1b:32,4064,16000;smollm2-135m:32,4064"
 if [ $(( $(date +%s) - AB_T0 )) -lt 380 ]; then attn_prof b16kp 16000 "-DTILES_ATTN_PROFILE -DTILES_ATTN_BULK=1"; fi
 echo "total t=$(( $(date +%s) - AB_T0 ))"

@@ -7,15 +7,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call2.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-for p in 40 3000; do timeout 90 python3 scripts/lean_check.py save /tmp/ref$p.pt $p 2>&1 | tail -1; done
-build sb TILES_STAGE_BORROW=1
-keep_so sb
-for p in 40 3000; do timeout 90 python3 scripts/lean_check.py compare /tmp/ref$p.pt $p 2>&1 | tail -2; done
-timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
-swap_ab "llama-3.2-1b:32,4064;smollm2-135m:32,4064" base sb
-echo "swap done t=$(( $(date +%s) - AB_T0 ))"
+knob_ab sb TILES_STAGE_BORROW=1 "40 3000" "llama-3.2-1b:32,4064;smollm2-135m:32,4064"
 if [ $(( $(date +%s) - AB_T0 )) -lt 420 ]; then
   TILES_TIMING_DEFINES="-DTILES_STAGE_BORROW=1" TILES_TIMING_BUILD=/tmp/tt timeout 150 python3 scripts/tile_timing.py \
     --model llama-3.2-1b --ctx 32 --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-sb32.json" > /tmp/tt-sb32.out 2>&1

@@ -8,15 +8,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call4.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-timeout 60 python3 scripts/lean_check.py save /tmp/ref3000.pt 3000 2>&1 | tail -1
-build ld TILES_ATTN_LANEDOT=1
-keep_so ld
-timeout 60 python3 scripts/lean_check.py compare /tmp/ref3000.pt 3000 2>&1 | tail -2
-timeout 150 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
-swap_ab "llama-3.2-1b:32,4064,16000;smollm2-135m:32" base ld
-echo "swap done t=$(( $(date +%s) - AB_T0 ))"
+knob_ab ld TILES_ATTN_LANEDOT=1 "3000" "llama-3.2-1b:32,4064,16000;smollm2-135m:32"
 if [ $(( $(date +%s) - AB_T0 )) -lt 300 ]; then
   timeout 120 python3 -P -m pytest tests -q -x -k "(cuda or gpu) and not test_cuda_kernel" 2>&1 | tail -3
 fi

@@ -2338,13 +2338,18 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
 #endif
   TILES_MARK(kTimePhase2);
 #if defined(TILES_ATTN_PROFILE) && TILES_TILE_TIMING
-  // Workers 0, 33, 66, 99 and every partition-0 tile (at short context those sit on the workers without qkv).
-  // Warp path: "scores" (3) is the end-of-chunk barrier, "softmax" (4) the scores, "opart" (5) the softmax,
-  // "o" (7) the o update; the five-step loop leaves 7 at 0.
-  if (threadIdx.x == 0 && t.layer == p.h.num_layers - 1 && ((blockIdx.x % 33) == 0 || part == 0))
-    printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu scores %llu softmax %llu "
-           "opart %llu combine %llu o %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1],
-           prof_[2], prof_[3], prof_[4], prof_[5], prof_[6], prof_[7]);
+  // Workers 0, 33, 66, 99 and every partition-0 tile (at short context those sit on the workers without qkv). The
+  // warp path's sub-steps reuse slots 3-5 (3: its end-of-chunk barrier) and add 7; the names printed say which.
+  if (threadIdx.x == 0 && t.layer == p.h.num_layers - 1 && ((blockIdx.x % 33) == 0 || part == 0)) {
+    if (kWarpPath)
+      printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu endbar %llu scores %llu "
+             "softmax %llu combine %llu o %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1],
+             prof_[2], prof_[3], prof_[4], prof_[5], prof_[6], prof_[7]);
+    else
+      printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu scores %llu softmax %llu "
+             "opart %llu combine %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1], prof_[2],
+             prof_[3], prof_[4], prof_[5], prof_[6]);
+  }
 #endif
   if ((OPT(p) & kOptLocalMerge) && t.out_offset == 1 && part == 0 && hi >= pos + 1) return true;
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
