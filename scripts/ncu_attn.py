@@ -1,6 +1,6 @@
-"""One decode launch of the op under Nsight Compute (prepared in session 23, not yet run; perf log, session 23's Next
-item 1). Runs the op `--warm` times at position --ctx (random weights, the default plan of this GPU), then once
-more: scripts/ncu_attn.sh profiles that last launch only.
+"""One decode launch of the op under Nsight Compute (scripts/ncu_attn.sh; perf log, session 24). Runs the op `--warm`
+times at position --ctx (random weights, the default plan of this GPU), then once more: scripts/ncu_attn.sh profiles
+that last launch only.
 Usage (under ncu): python scripts/ncu_attn.py [--model llama-3.2-1b] [--ctx 16000] [--warm 3]"""
 import argparse
 import sys

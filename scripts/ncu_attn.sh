@@ -1,10 +1,10 @@
 #!/bin/bash
-# Prepared in session 23, NOT yet run (perf log, session 23's Next item 1): per-SASS-line stall reasons of the decode
-# kernel at 16000 positions (and 32), where the attention warp path's scores take ~1.6K cycles per chunk for reasons
-# two rejected designs (v56, v59) guessed wrong. ncu (Nsight Compute, on the device image; --clock-control none as
-# the device notes ask) profiles the last decode launch of scripts/ncu_attn.py with the WarpStateStats and
-# SourceCounters sections, then exports the source page (per SASS instruction: stall samples by reason) and the
-# details page as CSV into $OUT. Session 7 used ncu the same way on an older kernel (perf log, session 7).
+# Per-SASS-line stall reasons and shared-memory wavefronts of the decode kernel at 16000 positions and at 32 (run in
+# session 24, call 1). ncu (Nsight Compute, on the device image; --clock-control none as the device notes ask)
+# profiles the last decode launch of scripts/ncu_attn.py with the WarpStateStats and SourceCounters sections, then
+# exports the source page (per SASS instruction: stall samples by reason, wavefronts) and the details page as CSV into
+# $OUT. ncu's per-CUDA-line export came back without metrics, so map the SASS rows here with scripts/ncu_lines.py
+# against nvdisasm -g -c of the same build compiled locally (its header says how).
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/ncu_attn.log") 2>&1
 source scripts/ab_common.sh

@@ -1,3 +1,7 @@
+// Session 24 (perf log): run twice; treat its cycles as rough. Its loops carry their own address arithmetic and the
+// clocks are not locked, so one pattern moved between two builds of the probe (lds64 all 2.0 -> 5.8 cycles) and
+// ffma 0.64 -> 0.92. What decided the attention's loads was ncu's wavefront count per instruction (ncu_attn.sh,
+// ncu_lines.py --lds) and the LDS.128 pair rule: 4 wavefronts unless lanes n and n^1 (or n and n^2) share an address.
 // What bounds the attention warp path's chunk (perf log, session 23)? Its profile at 16K positions: the scores take
 // ~1.6K cycles per 128-position chunk, the o update ~1.1K, with 16 warps in lock-step (the end barrier costs ~0).
 // The guess was shared-memory wavefronts: a warp-wide LDS.128 taken as four quarter-warp wavefronts whatever its

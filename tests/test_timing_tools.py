@@ -87,3 +87,33 @@ def test_busy_table_adds_up():
     span = np.asarray(b["workers"]["span_us"])
     tiles_w = offs[1:] - offs[:-1]
     assert np.allclose(span, ideal + tiles_w * 1.0 + (tiles_w - 1) * 0.2, atol=0.05)
+
+
+def test_ncu_lines_maps_sass_rows_to_source_lines():
+    nl = _script("ncu_lines")
+    sass = """\t.text._ZN5tiles4cuda13decode_kernelILb1ELb0ELb0ELb0EEEvNS0_12KernelParamsE:
+        /*0000*/                   NOP ;
+\t.text._ZN5tiles4cuda13decode_kernelILb0ELb0ELb0ELb0EEEvNS0_12KernelParamsE:
+\t//## File "/x/csrc/cuda/decode_kernel.cu", line 10
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+\t//## File "/x/csrc/cuda/decode_kernel.cu", line 20
+        /*0010*/                   LDS.128 R4, [R2] ;
+        /*0020*/                   FFMA R5, R4, R4, R5 ;
+""".splitlines()
+    m = nl.parse_sass(sass)
+    assert m == {0: ("LDC R1, c[0x0][0x28]", "decode_kernel.cu", 10),
+                 0x10: ("LDS.128 R4, [R2]", "decode_kernel.cu", 20),
+                 0x20: ("FFMA R5, R4, R4, R5", "decode_kernel.cu", 20)}
+    hdr = ('"Address","Source","# Samples","Instructions Executed","L1 Wavefronts Shared",'
+           '"L1 Wavefronts Shared Ideal","stall_barrier","stall_short_sb"')
+    csv_text = ['"Kernel Name","decode_kernel"', hdr,
+                '"0x7f0000000100","      LDC R1, c[0x0][0x28]","3","10","0","0","3","0"',
+                '"0x7f0000000110","      LDS.128 R4, [R2]","5","100","400","200","0","4"',
+                '"0x7f0000000120","      MOV R5, R4","2","100","0","0","0","2"']
+    col, body = nl.parse_csv(csv_text)
+    agg, bad = nl.per_line(col, body, m)
+    assert bad == 1  # the third row's opcode is not the local build's: a different build was profiled
+    assert agg[("decode_kernel.cu", 20)]["samples"] == 7 and agg[("decode_kernel.cu", 20)]["stall_short_sb"] == 6
+    assert nl.region(agg, 5, 15)["stall_barrier"] == 3 and nl.region(agg, 5, 25)["samples"] == 10
+    (row,) = nl.lds_rows(col, body, m, 15, 25)
+    assert row[:3] == (0x10, 20, "LDS.128 R4, [R2]") and row[4] == 4.0 and row[5] == 2.0

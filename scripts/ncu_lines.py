@@ -1,0 +1,127 @@
+"""Stall samples and shared-memory wavefronts of an ncu source export (ncu_attn.sh's *-sass.csv), per CUDA source line.
+ncu's own per-line view (--print-source cuda) came back without metrics on the device (session 24), so the SASS rows
+are mapped here: by offset into the kernel, against `nvdisasm -g -c` of the same build compiled locally
+(scripts/local_sass.sh TAG [-D knobs], the listing /tmp/sass_TAG_default.txt; the script counts rows whose opcode
+differs, which must be 0), each instruction to the innermost source line nvdisasm names (inlined code is attributed to
+the callee's line).
+Usage: python scripts/ncu_lines.py SASS_CSV NVDISASM_TXT [--top 40] [--regions LO-HI:name,...] [--lds LO-HI]
+                                   [--function SYMBOL_PART]
+  --regions  samples and top stall reasons summed over decode_kernel.cu line ranges
+  --lds      every LDS / SHFL of those lines: executions, wavefronts per execution (ncu's and the ideal), samples"""
+import argparse
+import csv
+import re
+from collections import defaultdict
+
+
+def parse_sass(lines, function="decode_kernelILb0ELb0ELb0ELb0E"):
+    """{offset: (instruction text, file name, line)} of the function whose symbol contains `function` (the default
+    variant's kernel), from nvdisasm -g -c output."""
+    out, fname, line, inside = {}, None, 0, False
+    for s in lines:
+        m = re.match(r"\s*\.text\.(\S+):", s)
+        if m:
+            inside = function in m.group(1)
+            continue
+        m = re.search(r'//## File "([^"]+)", line (\d+)', s)
+        if m:
+            fname, line = m.group(1).rsplit("/", 1)[-1], int(m.group(2))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", s)
+        if m and inside:
+            out[int(m.group(1), 16)] = (m.group(2), fname, line)
+    return out
+
+
+def parse_csv(lines):
+    """(header index by name, rows) of ncu's source page (--page source --csv --print-source sass)."""
+    rows = list(csv.reader(lines))
+    hdr = next(r for r in rows if r and r[0] == "Address")
+    body = [r for r in rows[rows.index(hdr) + 1:] if r and r[0].startswith("0x")]
+    return {n: i for i, n in enumerate(hdr)}, body
+
+
+def _num(r, col, name):
+    return float(r[col[name]] or 0) if name in col else 0.0
+
+
+def per_line(col, body, sass):
+    """({(file, line): {samples, instr, stall_*: samples}}, rows whose opcode differs from the local build)."""
+    stalls = [n for n in col if n.startswith("stall_") and "Not Issued" not in n]
+    base = int(body[0][0], 16)
+    agg, bad = defaultdict(lambda: defaultdict(float)), 0
+    for r in body:
+        text, f, ln = sass.get(int(r[0], 16) - base, ("?", "?", 0))
+        if text.split()[:1] != r[1].split()[:1]:
+            bad += 1
+        d = agg[(f, ln)]
+        d["samples"] += _num(r, col, "# Samples")
+        d["instr"] += _num(r, col, "Instructions Executed")
+        for s in stalls:
+            d[s] += _num(r, col, s)
+    return agg, bad
+
+
+def top_stalls(d, k=4):
+    names = sorted((n for n in d if n.startswith("stall_")), key=lambda n: -d[n])[:k]
+    return ", ".join(f"{n[6:]} {d[n] / max(d['samples'], 1):.0%}" for n in names)
+
+
+def region(agg, lo, hi, fname="decode_kernel.cu"):
+    out = defaultdict(float)
+    for (f, ln), d in agg.items():
+        if f == fname and lo <= ln <= hi:
+            for k, v in d.items():
+                out[k] += v
+    return out
+
+
+def lds_rows(col, body, sass, lo, hi):
+    """(offset, line, instruction, executions, wavefronts per execution, ideal, samples) of the LDS / SHFL rows."""
+    base = int(body[0][0], 16)
+    out = []
+    for r in body:
+        off = int(r[0], 16) - base
+        ln = sass.get(off, ("?", "?", 0))[2]
+        if lo <= ln <= hi and re.search(r"\b(LDS|LDSM|SHFL)", r[1]):
+            ex = _num(r, col, "Instructions Executed")
+            wf = _num(r, col, "L1 Wavefronts Shared") / ex if ex else 0.0
+            ideal = _num(r, col, "L1 Wavefronts Shared Ideal") / ex if ex else 0.0
+            out.append((off, ln, r[1].strip(), ex, wf, ideal, _num(r, col, "# Samples")))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("sass")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--regions", default="")
+    ap.add_argument("--lds", default="")
+    ap.add_argument("--function", default="decode_kernelILb0ELb0ELb0ELb0E")
+    a = ap.parse_args()
+    with open(a.sass) as f:
+        sass = parse_sass(f, a.function)
+    with open(a.csv, newline="") as f:
+        col, body = parse_csv(f)
+    agg, bad = per_line(col, body, sass)
+    total = sum(d["samples"] for d in agg.values()) or 1.0
+    print(f"{len(body)} SASS rows, {bad} whose opcode differs from the local build; {total:.0f} samples")
+    for (f, ln), d in sorted(agg.items(), key=lambda kv: -kv[1]["samples"])[: a.top]:
+        print(f"{f}:{ln:<5} {d['samples'] / total:6.2%}  instr {d['instr']:10.0f}  {top_stalls(d)}")
+    for reg in filter(None, a.regions.split(",")):
+        span, name = reg.split(":")
+        lo, hi = map(int, span.split("-"))
+        d = region(agg, lo, hi)
+        print(f"region {name} ({lo}-{hi}): {d['samples'] / total:6.2%} of samples, instr {d['instr']:.0f}; "
+              f"{top_stalls(d, 6)}")
+    if a.lds:
+        lo, hi = map(int, a.lds.split("-"))
+        for off, ln, text, ex, wf, ideal, n in lds_rows(col, body, sass, lo, hi):
+            if ex:
+                print(f"{off:6x} line {ln:5d} {text[:44]:44s} exec {ex:9.0f} wavefronts {wf:4.2f} (ideal {ideal:4.2f})"
+                      f" samples {n:.0f}")
+
+
+if __name__ == "__main__":
+    main()
