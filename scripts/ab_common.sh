@@ -12,8 +12,9 @@
 #                               the positions POS (saved on base, compared on TAG), the kernel tests on TAG, swap_ab
 #   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
 #                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
-#   ncu_src TAG CTX             ncu's source counters (stalls, wavefronts per SASS row) of one decode launch of the
-#                               current build at CTX: $OUT/ncu-TAG-CTX-sass.csv, for scripts/ncu_lines.py
+#   ncu_src TAG CTX [SECTION ...]  ncu (default section SourceCounters: stalls, wavefronts per SASS row) of one decode
+#                               launch of the current build at CTX, the 4th (ncu_attn.py): $OUT/ncu-TAG-CTX-sass.csv
+#                               (for scripts/ncu_lines.py) and -details.csv
 export PYTHONUNBUFFERED=1 CXX=/usr/bin/g++ CC=/usr/bin/gcc LDSHARED="/usr/bin/g++ -shared" MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0a
 AB_T0=$(date +%s)
 build() {
@@ -62,10 +63,13 @@ attn_prof() {  # attn_prof TAG CTX DEFINES
   grep "ATTNPROF" "/tmp/tt-$1.out" | tail -12
   cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
 }
-ncu_src() {  # ncu_src TAG CTX
-  local rep="${OUT:-/tmp}/ncu-$1-$2"
-  timeout 150 ncu --clock-control none -k regex:decode --launch-skip 3 --launch-count 1 --section SourceCounters -f \
-    -o "$rep" python3 scripts/ncu_attn.py --ctx "$2" --warm 3 2>&1 | grep -v "^==PROF==" | tail -2
+ncu_src() {  # ncu_src TAG CTX [SECTION ...] (default SourceCounters)
+  local ctx=$2 rep="${OUT:-/tmp}/ncu-$1-$2" warm=3 sec=() s  # warm: launches before the profiled one
+  shift 2
+  for s in "${@:-SourceCounters}"; do sec+=(--section "$s"); done
+  timeout 240 ncu --clock-control none -k regex:decode --launch-skip "$warm" --launch-count 1 "${sec[@]}" -f -o "$rep" \
+    python3 scripts/ncu_attn.py --ctx "$ctx" --warm "$warm" 2>&1 | grep -v "^==PROF==" | tail -2
+  ncu -i "$rep.ncu-rep" --page details --csv > "$rep-details.csv" 2>&1
   ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-sass.csv" 2>&1
   rm -f "$rep.ncu-rep"
 }

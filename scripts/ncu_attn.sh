@@ -9,15 +9,8 @@ cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/ncu_attn.log") 2>&1
 source scripts/ab_common.sh
 build tree
-warm=3  # launches before the profiled one (ncu_attn.py --warm, ncu --launch-skip)
 for ctx in 16000 32; do
-  rep="${OUT:-/tmp}/ncu-attn-$ctx"
-  timeout 240 ncu --clock-control none -k regex:decode --launch-skip "$warm" --launch-count 1 \
-    --section WarpStateStats --section SourceCounters -f -o "$rep" \
-    python3 scripts/ncu_attn.py --ctx "$ctx" --warm "$warm" 2>&1 \
-    | grep -v "^==PROF==" | tail -5
-  ncu -i "$rep.ncu-rep" --page details --csv > "$rep-details.csv" 2>&1
-  ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-sass.csv" 2>&1
-  head -c 600 "$rep-details.csv"; echo; wc -l "$rep-sass.csv"
+  ncu_src attn "$ctx" WarpStateStats SourceCounters
+  head -c 600 "${OUT:-/tmp}/ncu-attn-$ctx-details.csv"; echo; wc -l "${OUT:-/tmp}/ncu-attn-$ctx-sass.csv"
 done
 echo "total t=$(( $(date +%s) - AB_T0 ))"
