@@ -14,7 +14,17 @@ import re
 from collections import defaultdict
 
 
-def parse_sass(lines, function="decode_kernelILb0ELb0ELb0ELb0E"):
+KERNEL = "decode_kernelILb0ELb0ELb0ELb0E"  # the default variant's kernel symbol (the one the op launches)
+
+
+def opcode(text):
+    """The mnemonic without predicate and modifiers: '@P0 LDS.128 R4, [R2]' -> 'LDS'."""
+    words = text.split()
+    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+    return op.split(".")[0]
+
+
+def parse_sass(lines, function=KERNEL):
     """{offset: (instruction text, file name, line)} of the function whose symbol contains `function` (the default
     variant's kernel), from nvdisasm -g -c output."""
     out, fname, line, inside = {}, None, 0, False
@@ -34,11 +44,13 @@ def parse_sass(lines, function="decode_kernelILb0ELb0ELb0ELb0E"):
 
 
 def parse_csv(lines):
-    """(header index by name, rows) of ncu's source page (--page source --csv --print-source sass)."""
+    """(header index by name, [(offset into the kernel, row)]) of ncu's source page (--page source --csv
+    --print-source sass; its first row is the kernel's first instruction)."""
     rows = list(csv.reader(lines))
     hdr = next(r for r in rows if r and r[0] == "Address")
     body = [r for r in rows[rows.index(hdr) + 1:] if r and r[0].startswith("0x")]
-    return {n: i for i, n in enumerate(hdr)}, body
+    base = int(body[0][0], 16)
+    return {n: i for i, n in enumerate(hdr)}, [(int(r[0], 16) - base, r) for r in body]
 
 
 def _num(r, col, name):
@@ -48,11 +60,10 @@ def _num(r, col, name):
 def per_line(col, body, sass):
     """({(file, line): {samples, instr, stall_*: samples}}, rows whose opcode differs from the local build)."""
     stalls = [n for n in col if n.startswith("stall_") and "Not Issued" not in n]
-    base = int(body[0][0], 16)
     agg, bad = defaultdict(lambda: defaultdict(float)), 0
-    for r in body:
-        text, f, ln = sass.get(int(r[0], 16) - base, ("?", "?", 0))
-        if text.split()[:1] != r[1].split()[:1]:
+    for off, r in body:
+        text, f, ln = sass.get(off, ("?", "?", 0))
+        if opcode(text) != opcode(r[1]):
             bad += 1
         d = agg[(f, ln)]
         d["samples"] += _num(r, col, "# Samples")
@@ -78,12 +89,10 @@ def region(agg, lo, hi, fname="decode_kernel.cu"):
 
 def lds_rows(col, body, sass, lo, hi):
     """(offset, line, instruction, executions, wavefronts per execution, ideal, samples) of the LDS / SHFL rows."""
-    base = int(body[0][0], 16)
     out = []
-    for r in body:
-        off = int(r[0], 16) - base
+    for off, r in body:
         ln = sass.get(off, ("?", "?", 0))[2]
-        if lo <= ln <= hi and re.search(r"\b(LDS|LDSM|SHFL)", r[1]):
+        if lo <= ln <= hi and opcode(r[1]) in ("LDS", "LDSM", "SHFL"):
             ex = _num(r, col, "Instructions Executed")
             wf = _num(r, col, "L1 Wavefronts Shared") / ex if ex else 0.0
             ideal = _num(r, col, "L1 Wavefronts Shared Ideal") / ex if ex else 0.0
@@ -98,7 +107,7 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--regions", default="")
     ap.add_argument("--lds", default="")
-    ap.add_argument("--function", default="decode_kernelILb0ELb0ELb0ELb0E")
+    ap.add_argument("--function", default=KERNEL)
     a = ap.parse_args()
     with open(a.sass) as f:
         sass = parse_sass(f, a.function)

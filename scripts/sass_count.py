@@ -12,14 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_lines import parse_sass  # noqa: E402
-
-
-def opcode(text):
-    """The mnemonic without predicate and modifiers: '@P0 LDS.128 R4, [R2]' -> 'LDS'."""
-    words = text.split()
-    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-    return op.split(".")[0]
+from ncu_lines import KERNEL, opcode, parse_sass  # noqa: E402
 
 
 def count(sass, ranges, fname="decode_kernel.cu"):
@@ -32,7 +25,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("listing")
     ap.add_argument("ranges")
-    ap.add_argument("--function", default="decode_kernelILb0ELb0ELb0ELb0E")
+    ap.add_argument("--function", default=KERNEL)
     a = ap.parse_args()
     ranges = [tuple(map(int, r.split("-"))) for r in a.ranges.split(",")]
     with open(a.listing) as f:

@@ -121,7 +121,8 @@ def test_ncu_lines_maps_sass_rows_to_source_lines():
 
 def test_sass_count_counts_opcodes_of_the_line_ranges():
     sc = _script("sass_count")
-    assert sc.opcode("@!P0 LDS.128 R4, [R2]") == "LDS" and sc.opcode("FFMA R5, R4, R4, R5") == "FFMA"
+    assert sc.opcode("@!P0 LDS.128 R4, [R2]") == "LDS" and sc.opcode("FFMA R5, R4, R4, R5") == "FFMA"  # ncu_lines'
+
     sass = {0: ("LDC R1, c[0x0][0x28]", "decode_kernel.cu", 10), 0x10: ("LDS.128 R4, [R2]", "decode_kernel.cu", 20),
             0x20: ("@P1 LDS R5, [R3]", "decode_kernel.cu", 21), 0x30: ("FFMA R5, R4, R4, R5", "other.cuh", 20)}
     assert sc.count(sass, [(20, 21)]) == {"LDS": 2}
