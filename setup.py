@@ -20,6 +20,8 @@ Environment:
                         end to end in registers, one combine per tile, v31; perf log, session 10: v31 -18% ATTN at 16K
                         but +5% at prompt 32, v30 slower everywhere; neither is the default). Builds without
                         the attention's warp path.
+  TILES_ATTN_TC=1       experiment (perf log v63): the attention warp path's scores and o update on the tensor cores
+                        (ldmatrix, mma m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves).
   TILES_ATTN_WARPS=0    experiment: no attention warp path (perf log v45); the five-step chunk loop everywhere and
                         every shape on the default variants, for A/B against the default (1).
 """
@@ -118,7 +120,7 @@ def _extension():
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
         knobs = (_int_knob("TILES_KUNROLL") + _int_knob("TILES_FLAGS_KUNROLL") + _int_knob("TILES_LEAN_OPT")
-                 + _int_knob("TILES_DEFAULT_OPT") + _int_knob("TILES_ATTN_WARPS")
+                 + _int_knob("TILES_DEFAULT_OPT") + _int_knob("TILES_ATTN_WARPS") + _int_knob("TILES_ATTN_TC")
                  + _int_knob("TILES_PROBE_MLP_REDUCE"))  # timing bound only: scripts/wait_bound.py
         if os.environ.get("TILES_ATTN_MMA", "0") not in ("", "0"):  # tensor-core attention (experiment): 1 or 2
             knobs.append(("TILES_ATTN_MMA", str(int(os.environ["TILES_ATTN_MMA"]))))

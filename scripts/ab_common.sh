@@ -10,6 +10,8 @@
 #   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
 #   knob_ab TAG KNOB=v "POS" MODELS   a build knob against main's build: both built and kept, lean_check's bits at
 #                               the positions POS (saved on base, compared on TAG), the kernel tests on TAG, swap_ab
+#   knob_acc TAG KNOB=v MODELS  the same for a knob that changes the bits: the kernel tests on TAG print their accuracy
+#                               lines (CUDA vs the CPU reference, parity with Transformers), then swap_ab
 #   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
 #                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
 #   ncu_src TAG CTX [SECTION ...]  ncu (default section SourceCounters: stalls, wavefronts per SASS row) of one decode
@@ -82,6 +84,17 @@ knob_ab() {  # knob_ab TAG KNOB=value "POSITIONS" MODELS
   keep_so "$tag"
   for p in $positions; do timeout 90 python3 scripts/lean_check.py compare "/tmp/ref$p.pt" "$p" 2>&1 | tail -2; done
   timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
+  swap_ab "$models" base "$tag"
+  echo "swap done t=$(( $(date +%s) - AB_T0 ))"
+}
+knob_acc() {  # knob_acc TAG KNOB=value MODELS
+  local tag=$1 knob=$2 models=$3
+  build base
+  keep_so base
+  build "$tag" "$knob"
+  keep_so "$tag"
+  timeout 220 python3 -m pytest -q -s tests/test_cuda_kernel.py 2>&1 \
+    | grep -E "cuda-vs-cpu|smollm2-135m:|llama-3.2-1b:|passed|failed|Error|assert" | tail -30 | sed "s/^/$tag /"
   swap_ab "$models" base "$tag"
   echo "swap done t=$(( $(date +%s) - AB_T0 ))"
 }

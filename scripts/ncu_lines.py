@@ -5,9 +5,12 @@ are mapped here: by offset into the kernel, against `nvdisasm -g -c` of the same
 differs, which must be 0), each instruction to the innermost source line nvdisasm names (inlined code is attributed to
 the callee's line).
 Usage: python scripts/ncu_lines.py SASS_CSV NVDISASM_TXT [--top 40] [--regions LO-HI:name,...] [--lds LO-HI]
-                                   [--function SYMBOL_PART]
+                                   [--function SYMBOL_PART] [--base BASE_CSV BASE_TXT]
   --regions  samples and top stall reasons summed over decode_kernel.cu line ranges
-  --lds      every LDS / SHFL of those lines: executions, wavefronts per execution (ncu's and the ideal), samples"""
+  --lds      every LDS / SHFL of those lines: executions, wavefronts per execution (ncu's and the ideal), samples
+  --base     a second build's export and listing of the same source file (e.g. a knob off and on, profiled in one
+             device call): total samples and executed instructions of both, and the --top lines whose samples differ
+             most (session 25: where a change's cost at prompt 32 sits, or that it sits nowhere in particular)"""
 import argparse
 import csv
 import re
@@ -100,6 +103,26 @@ def lds_rows(col, body, sass, lo, hi):
     return out
 
 
+def load(csv_path, sass_path, function=KERNEL):
+    """per_line of one build: its ncu export against its local listing."""
+    with open(sass_path) as f:
+        sass = parse_sass(f, function)
+    with open(csv_path, newline="") as f:
+        col, body = parse_csv(f)
+    return col, body, sass
+
+
+def compare(base, new, top):
+    """Lines of two builds' per_line aggregates (the same source file): [(sample difference, instruction difference,
+    (file, line), base samples, new samples)], largest sample differences first."""
+    rows = []
+    for k in set(base) | set(new):
+        b, n = base.get(k, {}), new.get(k, {})
+        rows.append((n.get("samples", 0.0) - b.get("samples", 0.0), n.get("instr", 0.0) - b.get("instr", 0.0), k,
+                     b.get("samples", 0.0), n.get("samples", 0.0)))
+    return sorted(rows, key=lambda r: (-abs(r[0]), r[2]))[:top]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
@@ -108,12 +131,18 @@ def main():
     ap.add_argument("--regions", default="")
     ap.add_argument("--lds", default="")
     ap.add_argument("--function", default=KERNEL)
+    ap.add_argument("--base", nargs=2, metavar=("BASE_CSV", "BASE_TXT"))
     a = ap.parse_args()
-    with open(a.sass) as f:
-        sass = parse_sass(f, a.function)
-    with open(a.csv, newline="") as f:
-        col, body = parse_csv(f)
+    col, body, sass = load(a.csv, a.sass, a.function)
     agg, bad = per_line(col, body, sass)
+    if a.base:
+        base, bad_b = per_line(*load(*a.base, a.function))
+        tot = [sum(d[k] for d in g.values()) for g in (base, agg) for k in ("samples", "instr")]
+        print(f"opcode mismatches {bad_b} / {bad}; samples {tot[0]:.0f} -> {tot[2]:.0f} ({tot[2] / tot[0] - 1:+.2%}), "
+              f"instructions {tot[1]:.0f} -> {tot[3]:.0f} ({tot[3] / tot[1] - 1:+.2%})")
+        for ds, di, (f, ln), sb, sn in compare(base, agg, a.top):
+            print(f"{f}:{ln:<5} samples {sb:7.0f} -> {sn:7.0f} ({ds:+6.0f})  instr {di:+11.0f}")
+        return
     total = sum(d["samples"] for d in agg.values()) or 1.0
     print(f"{len(body)} SASS rows, {bad} whose opcode differs from the local build; {total:.0f} samples")
     for (f, ln), d in sorted(agg.items(), key=lambda kv: -kv[1]["samples"])[: a.top]:

@@ -117,6 +117,11 @@ def test_ncu_lines_maps_sass_rows_to_source_lines():
     assert nl.region(agg, 5, 15)["stall_barrier"] == 3 and nl.region(agg, 5, 25)["samples"] == 10
     (row,) = nl.lds_rows(col, body, m, 15, 25)
     assert row[:3] == (0x10, 20, "LDS.128 R4, [R2]") and row[4] == 4.0 and row[5] == 2.0
+    # --base: two builds' lines, largest sample difference first (a line only one build has counts from zero).
+    other = {("decode_kernel.cu", 10): {"samples": 3.0, "instr": 10.0}, ("decode_kernel.cu", 30): {"samples": 4.0}}
+    rows = nl.compare(other, agg, 3)
+    assert [r[2][1] for r in rows] == [20, 30, 10] and rows[0][:2] == (7.0, 200.0) and rows[1][0] == -4.0
+    assert rows[2][:2] == (0.0, 0.0)
 
 
 def test_sass_count_counts_opcodes_of_the_line_ranges():

@@ -253,7 +253,7 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
-#ifdef TILES_ATTN_MMA
+#if defined(TILES_ATTN_MMA) || TILES_ATTN_TC
 // d += A * B on the tensor cores: one m16n8k16 tile, bf16 inputs, fp32 accumulators. PTX fragments (lane = 4r + t):
 // A rows r (a0, a2) and r + 8 (a1, a3), columns 2t, 2t + 1 (a0, a1) and + 8 (a2, a3); B rows (k) 2t, 2t + 1 (b0) and
 // + 8 (b1), column r; d rows r (d0, d1) and r + 8 (d2, d3), columns 2t, 2t + 1.
@@ -297,6 +297,39 @@ __device__ __forceinline__ void mma_scores8(float (&d)[4], const uint16_t* kr, c
     mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
   }
 }
+#endif
+
+#if TILES_ATTN_TC
+// v63's fragments (PTX mma.m16n8k16 / m16n8k8, lane = 4r + t). ldmatrix: lane l gives the address of row l % 8 of
+// 8x8 bf16 tile l / 8; lane 4r + t receives, of each tile, row r's columns 2t, 2t + 1 (.trans: rows 2t, 2t + 1 of
+// column r). volatile without a "memory" clobber: it stays after the block barrier that publishes the tiles (a
+// side effect), but the o slots' loads and stores may move across it (they never alias the K / V buffers).
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// v63d: A's rows r and r + 8 carry the hi and the lo bf16 halves of the same operand row (q's head r, P's head r),
+// so one MMA does both halves and no A register is a zero: the caller adds D's rows r and r + 8.
+// m16n8k8: a0 = row r at k 2t, 2t + 1, a1 = row r + 8; b0 = B rows 2t, 2t + 1 of column r; d0, d1 = row r at
+// columns 2t, 2t + 1, d2, d3 = row r + 8.
+__device__ __forceinline__ void mma_bf16_1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+// sc holds the warps' states (kWarps x G x 2 floats) and after them q's fragments (16 G uint4) in G x (chunk + 8);
+// opart ([splits = kThreads / (8 G)][G][hd] floats) the o slots, kWarps x 8 x 4G float2 (G <= 4).
+static_assert((2 * kWarps + 64) <= kAttnChunkElems / kAttnWarpsHeadDim + 8, "v63's q fragments fit in sc");
+static_assert(kWarps * 8 * 4 * 2 <= (kThreads / (8 * kAttnWarpsMaxGroup)) * kAttnWarpsHeadDim, "v63's o slots fit");
+#if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
+#error "TILES_ATTN_TC and TILES_ATTN_MMA are two versions of the attention on the tensor cores: build one"
+#endif
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -1806,7 +1839,11 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
   kc += int64_t(c0) * hd;
   vc += int64_t(c0) * hd;
   for (int i = threadIdx.x; i < cn * cpr; i += kThreads) {
+#if TILES_ATTN_TC
+    const int j = cpr == 8 ? i >> 3 : i / cpr, c = i - j * cpr;  // v63c: head_dim 64 (the warp path) without a divide
+#else
     const int j = i / cpr, c = i - j * cpr;
+#endif
     cp_async16(kb + j * kstride + c * 8, kc + i * 8);  // i * 8 = j * hd + c * 8: rows are contiguous in the cache
     cp_async16(vb + j * attn_vstride(hd) + c * 8, vc + i * 8);
   }
@@ -1836,10 +1873,20 @@ __device__ __forceinline__ int attn_warps_used(int32_t lo, int32_t hi, int32_t c
 // The warp-owned attention paths (the warp path, v45; TILES_ATTN_MMA=2, v31): the first `wused` warps' states,
 // (m, l) in sc [warp][G][2] and o in opart [warp][G][hd], combined by log-sum-exp in warp order (fixed: bit-identical
 // runs) into of / ml, the layout MERGE and the partials' store read. A warp whose m is -inf held no position.
+#if TILES_ATTN_TC
+// v63's o slots: opart as [warp][n = d / 8][lane = 4g + (d % 8) / 2] float2 (hd 64).
+__device__ __forceinline__ int attn_tc_oidx(int w, int g, int d, int G) {
+  return ((w * 8 + (d >> 3)) * 4 * G + 4 * g + ((d & 7) >> 1)) * 2 + (d & 1);
+}
+#endif
 __device__ __forceinline__ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int wused,
                                                    float* of, float* ml) {
   for (int i = threadIdx.x; i < G * hd; i += kThreads) {
+#if TILES_ATTN_TC
+    const int g = i >> 6;  // v63c: the warp paths' head_dim is 64 (attn_warps_fit): no runtime division
+#else
     const int g = i / hd;
+#endif
     float M = -INFINITY;
     for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
     float Ls = 0.f, O = 0.f;
@@ -1848,7 +1895,11 @@ __device__ __forceinline__ void attn_combine_warps(const float* sc, const float*
       if (mw != -INFINITY) {
         const float f = expf(mw - M);
         Ls += f * sc[(w * G + g) * 2 + 1];
+#if TILES_ATTN_TC
+        O += f * opart[attn_tc_oidx(w, g, i - g * hd, G)];
+#else
         O += f * opart[(w * G + g) * hd + (i - g * hd)];
+#endif
       }
     }
     of[i] = O;
@@ -1958,6 +2009,19 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
 #endif
   if (lo >= hi) TILES_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
   ATTN_PROF(0);
+#if TILES_ATTN_TC
+  // v63: q's A fragments once per tile, hi and lo bf16 halves, entry (k-step ks, lane 4g + t) = {hi a0, lo a0, hi a2,
+  // lo a2} of head g at dims 16ks + 2t (+ 8) (v63d: the lo half as row g + 8), after the warps' states in sc
+  // (kWarps x G x 2 floats; sc holds G x (chunk + 8) floats, chunk 128). The chunk loop's first barrier publishes them.
+  if (kWarpPath && tid < 16 * G && lo < hi) {
+    const int ks = tid / (4 * G), l = tid - ks * 4 * G, g = l >> 2, t2 = (l & 3) * 2;
+    const float* qr = qf + g * (hd + 4) + ks * 16 + t2;
+    uint32_t h0, l0, h2, l2;
+    split_bf16x2(qr[0], qr[1], h0, l0);
+    split_bf16x2(qr[8], qr[9], h2, l2);
+    reinterpret_cast<uint4*>(sc + kWarps * 2 * G)[tid] = make_uint4(h0, l0, h2, l2);  // A: rows g (hi), g + 8 (lo)
+  }
+#endif
 
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
@@ -1992,12 +2056,24 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   // TILES_ATTN_PROFILE: scores 1.0, softmax 0.8, o partials 1.4, combine 0.6 us) against ~1.1 us of bytes.
   // Shapes: attn_warps_fit (decode_kernel.h): G <= 4 and hd 64 (Llama-3.2-1B, SmolLM2).
   constexpr bool warp_ok = kWarpPath;  // attn_warps_fit (decode_kernel.h): attn_tile picks the instantiation
+#if TILES_ATTN_TC
+  // v63: fragment row fr (head; for the K / V tiles a position) and column pair ft. Lanes of rows >= G compute on
+  // zero q and are never stored.
+  const int fr = lane >> 2, ft = lane & 3;
+  float wm = -INFINITY, wl = 0.f;  // this warp's running max and sum for head fr
+  // Its o for head fr, dims 8n + 2ft, + 1, lives in shared memory, not in registers (16 accumulators per lane across
+  // the chunk loop spilled): opart as [warp][n][lane < 4G] float2 (attn_tc_oidx), so that the 4G lanes' float2 of
+  // one n are contiguous (the [warp][G][hd] layout put the heads' rows on the same banks: 4 wavefronts per access).
+  float2* wop = reinterpret_cast<float2*>(opart) + warp * 8 * 4 * G + lane;
+  const uint4* qfrag = reinterpret_cast<const uint4*>(sc + kWarps * 2 * G);  // written below, after qf
+#else
   const int sj = lane >> 2, sg = lane & 3;                     // scores layout
   const int og = lane / (hd / 8), od0 = (lane - og * (hd / 8)) * 8;  // o layout (og >= G: idle lane)
   float wm = -INFINITY, wl = 0.f;  // this warp's running max and sum for head sg
   float wo[8];                     // its o for head og, dims od0 ..
 #pragma unroll
   for (int k = 0; k < 8; ++k) wo[k] = 0.f;
+#endif
 #endif
   const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
   // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
@@ -2061,6 +2137,62 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       const int p0 = warp * 8;
       const int nv = cn - p0 < 8 ? cn - p0 : 8;  // this warp's positions in the chunk (warp-uniform)
       if (nv > 0) {
+#if TILES_ATTN_TC
+        // v63. Scores: D (heads x 8 positions) = q (A: head fr's hi half as row fr, its lo half as row fr + 8; 4
+        // k-steps of 16 dims) x K^T (B: the K rows by ldmatrix, tile i = dims 8i .. 8i + 7). Rows past nv hold stale
+        // K: their columns become -inf.
+        const uint16_t* krow = kb + (p0 + (lane & 7)) * kstride + (lane >> 3) * 8;
+        // Two accumulator chains (dims halves), two MMAs deep; rows fr and fr + 8 hold the hi and lo products.
+        float dh[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // dims 32h .. 32h + 31: two k-steps per ldmatrix
+          uint32_t kf[4];
+          ldsm_x4(kf, krow + 32 * h);
+#pragma unroll
+          for (int k2 = 0; k2 < 2; ++k2) {
+            const uint4 qw = fr < G ? qfrag[(2 * h + k2) * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
+            mma_bf16_16816(dh[h], qw.x, qw.y, qw.z, qw.w, kf[2 * k2], kf[2 * k2 + 1]);
+          }
+        }
+        const float d[2] = {(dh[0][0] + dh[0][2]) + (dh[1][0] + dh[1][2]),
+                            (dh[0][1] + dh[0][3]) + (dh[1][1] + dh[1][3])};
+        // Online softmax for head fr: its 8 positions are in the quad's lanes (2ft, 2ft + 1 each).
+        const bool in0 = 2 * ft < nv, in1 = 2 * ft + 1 < nv;
+        const float s0 = in0 ? d[0] * scale : -INFINITY, s1 = in1 ? d[1] * scale : -INFINITY;
+        float mx = fmaxf(s0, s1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        ATTN_PROF(4);
+        const float mn = fmaxf(wm, mx);  // finite: the warp's first position is in the chunk
+        const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
+        const float e0 = in0 ? expf(s0 - mn) : 0.f, e1 = in1 ? expf(s1 - mn) : 0.f;
+        float ls = e0 + e1;
+        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+        wl = wl * alpha + ls;
+        wm = mn;
+        ATTN_PROF(5);
+        // o = o alpha + P V: P's A fragment is the scores' D fragment (m16n8k8: k = the 8 positions), hi in row fr,
+        // lo in row fr + 8; V's B fragments by ldmatrix.trans (tile n = dims 8n .. 8n + 7). Stale V rows past nv are
+        // zeroed (0 x NaN). o starts at the tile's first chunk (its slot holds an earlier tile's values).
+        uint32_t ph, pl;
+        split_bf16x2(e0, e1, ph, pl);
+        const uint16_t* vrow = vb + (p0 + (lane & 7)) * attn_vstride(hd) + (lane >> 3) * 8;
+        const uint32_t vm = nv < 8 ? (in0 ? 0xffffu : 0u) | (in1 ? 0xffff0000u : 0u) : 0xffffffffu;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // dims 32h .. 32h + 31
+          uint32_t vf[4];
+          ldsm_x4_trans(vf, vrow + 32 * h);
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int j = (4 * h + n) * 4 * G;
+            const float2 o = fr < G && c0 != lo ? wop[j] : make_float2(0.f, 0.f);
+            float acc[4] = {o.x * alpha, o.y * alpha, 0.f, 0.f};  // rows fr: o alpha + P_hi V; fr + 8: P_lo V
+            mma_bf16_1688(acc, ph, pl, vf[n] & vm);
+            if (fr < G) wop[j] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
+          }
+        }
+#else
         float sv = -INFINITY;
         if (sj < nv && sg < G) {
           const uint4* kr = reinterpret_cast<const uint4*>(kb + (p0 + sj) * kstride);
@@ -2106,6 +2238,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
             wo[2 * k + 1] = fmaf(pj, __uint_as_float(vw[k] & 0xffff0000u), wo[2 * k + 1]);
           }
         }
+#endif
       }
       ATTN_PROF(7);
       __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
@@ -2295,6 +2428,12 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     // held a position (their m is -inf): the combine stops before them.
     const int wused = attn_warps_used(lo, hi, L.chunk);
     if (warp < wused) {
+#if TILES_ATTN_TC
+      if (fr < G && ft == 0) {  // (o is in opart already)
+        sc[(warp * G + fr) * 2] = wm;
+        sc[(warp * G + fr) * 2 + 1] = wl;
+      }
+#else
       if (og < G) {
         float4* op = reinterpret_cast<float4*>(opart + (warp * G + og) * hd + od0);
         op[0] = make_float4(wo[0], wo[1], wo[2], wo[3]);
@@ -2304,6 +2443,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
         sc[(warp * G + sg) * 2] = wm;
         sc[(warp * G + sg) * 2 + 1] = wl;
       }
+#endif
     }
     __syncthreads();
     attn_combine_warps(sc, opart, G, hd, wused, of, ml);

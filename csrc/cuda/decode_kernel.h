@@ -18,6 +18,11 @@ namespace cuda {
 // The attention's warp path (perf log v45): each warp owns 8 positions of every K/V chunk end to end. On by default;
 // TILES_ATTN_WARPS=0 (a build knob, setup.py) compiles the five-step chunk loop everywhere, for A/B measurements. The
 // tensor-core experiment (TILES_ATTN_MMA) replaces the same loop, so it builds without the warp path.
+// TILES_ATTN_TC=1 (experiment, perf log v63): the warp path's scores and o update on the tensor cores (ldmatrix +
+// mma.m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves), the rest of the warp path unchanged.
+#ifndef TILES_ATTN_TC
+#define TILES_ATTN_TC 0
+#endif
 #ifndef TILES_ATTN_WARPS
 #if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
 #define TILES_ATTN_WARPS 0
@@ -298,7 +303,7 @@ constexpr bool stage_ahead(int32_t opt) {
 __host__ __device__
 #endif
 constexpr int32_t attn_vstride(int32_t hd) {
-#ifdef TILES_ATTN_MMA
+#if defined(TILES_ATTN_MMA) || TILES_ATTN_TC
   return hd + 8;
 #else
   return hd;
