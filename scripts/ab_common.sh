@@ -7,6 +7,7 @@
 #   abx TAG                     opt_ab at long context too ($AB_MODELS; Llama-1B 32 / 4064 / 16000, SmolLM2 32)
 #   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
 #   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
+#   build_pair TAG KNOB=v       main's build kept as base, then the knob's build kept as TAG (for swap_ab)
 #   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
 #   knob_ab TAG KNOB=v "POS" MODELS   a build knob against main's build: both built and kept, lean_check's bits at
 #                               the positions POS (saved on base, compared on TAG), the kernel tests on TAG, swap_ab
@@ -47,6 +48,12 @@ ab_new_in() {
   cp /tmp/new.cu csrc/cuda/decode_kernel.cu
 }
 keep_so() { cp "$(ls tiles_ext/_C*.so)" "/tmp/so_$1"; }
+build_pair() {  # build_pair TAG KNOB=value
+  build base
+  keep_so base
+  build "$1" "$2"
+  keep_so "$1"
+}
 swap_ab() {  # swap_ab MODELS TAG [TAG ...]: builds of one machine compared without a rebuild between rounds
   local models=$1 r v
   shift
@@ -89,10 +96,7 @@ knob_ab() {  # knob_ab TAG KNOB=value "POSITIONS" MODELS
 }
 knob_acc() {  # knob_acc TAG KNOB=value MODELS
   local tag=$1 knob=$2 models=$3
-  build base
-  keep_so base
-  build "$tag" "$knob"
-  keep_so "$tag"
+  build_pair "$tag" "$knob"
   timeout 220 python3 -m pytest -q -s tests/test_cuda_kernel.py 2>&1 \
     | grep -E "cuda-vs-cpu|smollm2-135m:|llama-3.2-1b:|passed|failed|Error|assert" | tail -30 | sed "s/^/$tag /"
   swap_ab "$models" base "$tag"

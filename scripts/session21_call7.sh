@@ -6,9 +6,6 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call7.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-build nostage TILES_O_NOSTAGE_LONG=1
-keep_so nostage
+build_pair nostage TILES_O_NOSTAGE_LONG=1
 swap_ab "llama-3.2-1b:4064,16000,32" base nostage
 echo "total t=$(( $(date +%s) - AB_T0 ))"

@@ -6,10 +6,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call1.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-build p2 TILES_ATTN_PRESTAGE2=1
-keep_so p2
+build_pair p2 TILES_ATTN_PRESTAGE2=1
 timeout 150 python3 -m pytest -q -x tests/test_cuda_kernel.py \
   -k "long_context or matches_cpu or bit_identical or latency_options or flag_and_counter" 2>&1 | tail -3
 swap_ab "llama-3.2-1b:4064,16000,32;smollm2-135m:4064" base p2

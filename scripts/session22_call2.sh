@@ -6,10 +6,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call2.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-build lm TILES_LM_SMEM=1
-keep_so lm
+build_pair lm TILES_LM_SMEM=1
 timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
 swap_ab "llama-3.2-1b:32,4064;smollm2-135m:32,4064" base lm
 echo "total t=$(( $(date +%s) - AB_T0 ))"

@@ -8,10 +8,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call6.log") 2>&1
 source scripts/ab_common.sh
-build base
-keep_so base
-build tc2 TILES_ATTN_TC=2
-keep_so tc2
+build_pair tc2 TILES_ATTN_TC=2
 swap_ab "llama-3.2-1b:32,16000;smollm2-135m:32" base tc2
 echo "swap done t=$(( $(date +%s) - AB_T0 ))"
 timeout 60 python3 -m pytest -q -s tests/test_cuda_kernel.py -k "long_context or cuda_matches_cpu" 2>&1 \
