@@ -20,8 +20,9 @@ Environment:
                         end to end in registers, one combine per tile, v31; perf log, session 10: v31 -18% ATTN at 16K
                         but +5% at prompt 32, v30 slower everywhere; neither is the default). Builds without
                         the attention's warp path.
-  TILES_ATTN_TC=1       experiment (perf log v63): the attention warp path's scores and o update on the tensor cores
-                        (ldmatrix, mma m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves).
+  TILES_ATTN_TC=0       the attention warp path's scores and o update on the CUDA cores (session 22's FFMA path),
+                        for A/B; the default (1, perf log v63 / v63e) runs them on the tensor cores (ldmatrix, mma
+                        m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves).
   TILES_ATTN_WARPS=0    experiment: no attention warp path (perf log v45); the five-step chunk loop everywhere and
                         every shape on the default variants, for A/B against the default (1).
 """

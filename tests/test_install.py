@@ -182,9 +182,10 @@ TOOL_BUILDS = {
     "decode_kernel_attn_mma": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_ATTN_MMA=1"]),
     "decode_kernel_default_attn_mma": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_MMA=1"]),
     "decode_kernel_default_attn_mma2": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_MMA=2"]),
-    # The warp path's scores and o update on the tensor cores (setup.py TILES_ATTN_TC=1, perf log v63).
-    "decode_kernel_default_attn_tc": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_TC=1"]),
-    "decode_kernel_flags_attn_tc": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_ATTN_TC=1"]),
+    # The warp path's scores and o update on the CUDA cores (setup.py TILES_ATTN_TC=0; the default is v63's tensor
+    # cores).
+    "decode_kernel_default_attn_ffma": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_TC=0"]),
+    "decode_kernel_flags_attn_ffma": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_ATTN_TC=0"]),
 }
 
 

@@ -2066,6 +2066,12 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   // one n are contiguous (the [warp][G][hd] layout put the heads' rows on the same banks: 4 wavefronts per access).
   float2* wop = reinterpret_cast<float2*>(opart) + warp * 8 * 4 * G + lane;
   const uint4* qfrag = reinterpret_cast<const uint4*>(sc + kWarps * 2 * G);  // written below, after qf
+#ifndef TILES_FLAGS
+  // v63e: q's fragments in registers from the tile's first chunk on (4 LDS.128 per warp and chunk fewer). Not in the
+  // flag variant: there the same code made SmolLM2 9% slower (perf log, session 26); the values are the same.
+  uint4 qreg[4];
+  bool qloaded = false;
+#endif
 #else
   const int sj = lane >> 2, sg = lane & 3;                     // scores layout
   const int og = lane / (hd / 8), od0 = (lane - og * (hd / 8)) * 8;  // o layout (og >= G: idle lane)
@@ -2141,6 +2147,13 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
         // v63. Scores: D (heads x 8 positions) = q (A: head fr's hi half as row fr, its lo half as row fr + 8; 4
         // k-steps of 16 dims) x K^T (B: the K rows by ldmatrix, tile i = dims 8i .. 8i + 7). Rows past nv hold stale
         // K: their columns become -inf.
+#ifndef TILES_FLAGS
+        if (!qloaded) {  // after the first chunk's barrier, which published them
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) qreg[ks] = fr < G ? qfrag[ks * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
+          qloaded = true;
+        }
+#endif
         const uint16_t* krow = kb + (p0 + (lane & 7)) * kstride + (lane >> 3) * 8;
         // Two accumulator chains (dims halves), two MMAs deep; rows fr and fr + 8 hold the hi and lo products.
         float dh[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -2150,7 +2163,11 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
           ldsm_x4(kf, krow + 32 * h);
 #pragma unroll
           for (int k2 = 0; k2 < 2; ++k2) {
+#ifndef TILES_FLAGS
+            const uint4 qw = qreg[2 * h + k2];
+#else
             const uint4 qw = fr < G ? qfrag[(2 * h + k2) * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
+#endif
             mma_bf16_16816(dh[h], qw.x, qw.y, qw.z, qw.w, kf[2 * k2], kf[2 * k2 + 1]);
           }
         }

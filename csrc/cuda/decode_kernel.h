@@ -18,10 +18,15 @@ namespace cuda {
 // The attention's warp path (perf log v45): each warp owns 8 positions of every K/V chunk end to end. On by default;
 // TILES_ATTN_WARPS=0 (a build knob, setup.py) compiles the five-step chunk loop everywhere, for A/B measurements. The
 // tensor-core experiment (TILES_ATTN_MMA) replaces the same loop, so it builds without the warp path.
-// TILES_ATTN_TC=1 (experiment, perf log v63): the warp path's scores and o update on the tensor cores (ldmatrix +
-// mma.m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves), the rest of the warp path unchanged.
+// TILES_ATTN_TC (perf log v63, v63e; the default since session 26): the warp path's scores and o update on the tensor
+// cores (ldmatrix + mma.m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves), the rest of the warp
+// path unchanged. TILES_ATTN_TC=0 (a build knob, setup.py) compiles session 22's FFMA warp path, for A/B.
 #ifndef TILES_ATTN_TC
+#if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
 #define TILES_ATTN_TC 0
+#else
+#define TILES_ATTN_TC 1
+#endif
 #endif
 #ifndef TILES_ATTN_WARPS
 #if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
