@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 26, call 1 (result: see the perf log, session 26).
+# Session 26, call 1 (result: tce -5.6% at 16000, -1.0% at 4064, level at 32, SmolLM2 +9%: kept in the counter
+# variant only; tcf -4.3% / +0.3% at 32 / SmolLM2 +1.3%: rejected; perf log, session 26).
 # Does v63d's prompt-32 cost go away when its chunk code is out of line (v63f), and what do q's fragments in
 # registers (v63e) give at 16K? Four builds kept: main (base), tc = TILES_ATTN_TC=1 with the chunk as a function
 # (inlined), tcf = the same out of line (TILES_ATTN_TC_OUTLINE=1), tce = session 25's v63e patch (carry .ab: main's

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 26, call 4 (result: see the perf log, session 26): the new default (v63d + v63e) under the sanitizers on
+# Session 26, call 4 (result: all eight sanitizer runs clean; the ATTN tile at 16000 ~27.1K cycles, issue 7.4K,
+# combine 3.1K; perf log, session 26): the new default (v63d + v63e) under the sanitizers on
 # the default variant (option set 25183; counter and flag hand-offs) and the runtime-options kernel (127), with
 # attention tiles of one chunk and of several (cache 1024, position 700), then the ATTN profile of the default at
 # 16000 and 4064 (timing builds).
