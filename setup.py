@@ -15,11 +15,6 @@ Environment:
                         compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
   TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
                         instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log, session 9).
-  TILES_ATTN_MMA=1|2    experiment: the attention on the tensor cores (mma.m16n8k16, q and the probabilities as hi +
-                        lo bf16 halves; 1: scores and o partials in the chunk loop, v30; 2: each warp's positions
-                        end to end in registers, one combine per tile, v31; perf log, session 10: v31 -18% ATTN at 16K
-                        but +5% at prompt 32, v30 slower everywhere; neither is the default). Builds without
-                        the attention's warp path.
   TILES_ATTN_TC=0       the attention warp path's scores and o update on the CUDA cores (session 22's FFMA path),
                         for A/B; the default (1, perf log v63 / v63e) runs them on the tensor cores (ldmatrix, mma
                         m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves).
@@ -123,8 +118,6 @@ def _extension():
         knobs = (_int_knob("TILES_KUNROLL") + _int_knob("TILES_FLAGS_KUNROLL") + _int_knob("TILES_LEAN_OPT")
                  + _int_knob("TILES_DEFAULT_OPT") + _int_knob("TILES_ATTN_WARPS") + _int_knob("TILES_ATTN_TC")
                  + _int_knob("TILES_PROBE_MLP_REDUCE"))  # timing bound only: scripts/wait_bound.py
-        if os.environ.get("TILES_ATTN_MMA", "0") not in ("", "0"):  # tensor-core attention (experiment): 1 or 2
-            knobs.append(("TILES_ATTN_MMA", str(int(os.environ["TILES_ATTN_MMA"]))))
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
                              define_macros=[("TILES_WITH_CUDA", "1")] + knobs,
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc})

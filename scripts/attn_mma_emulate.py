@@ -1,5 +1,7 @@
 """Emulates the TILES_ATTN_MMA fragment code of attn_tile lane by lane (PTX m16n8k16 fragment definitions) and
-compares scores and o partials with a direct computation. Index math check only (hardware rounding not modelled)."""
+compares scores and o partials with a direct computation. Index math check only (hardware rounding not modelled).
+That code (perf log v30, v31) was removed in session 26, superseded by v63 (TILES_ATTN_TC); this stays as the record
+of how its fragments were checked, and its mma() as an emulation of the PTX m16n8k16 layout that v63 uses too."""
 import numpy as np
 rng = np.random.default_rng(0)
 

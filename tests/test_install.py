@@ -178,10 +178,6 @@ TOOL_BUILDS = {
     "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
     # Bulk staging without its run-ahead as the default variant (128 + 256; perf log, session 16: +13%).
     "decode_kernel_default_opt_bulk": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=25567"]),
-    # The tensor-core attention experiments (setup.py TILES_ATTN_MMA=1 / 2).
-    "decode_kernel_attn_mma": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_ATTN_MMA=1"]),
-    "decode_kernel_default_attn_mma": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_MMA=1"]),
-    "decode_kernel_default_attn_mma2": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_MMA=2"]),
     # The warp path's scores and o update on the CUDA cores (setup.py TILES_ATTN_TC=0; the default is v63's tensor
     # cores).
     "decode_kernel_default_attn_ffma": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_TC=0"]),

@@ -253,7 +253,7 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
-#if defined(TILES_ATTN_MMA) || TILES_ATTN_TC
+#if TILES_ATTN_TC
 // d += A * B on the tensor cores: one m16n8k16 tile, bf16 inputs, fp32 accumulators. PTX fragments (lane = 4r + t):
 // A rows r (a0, a2) and r + 8 (a1, a3), columns 2t, 2t + 1 (a0, a1) and + 8 (a2, a3); B rows (k) 2t, 2t + 1 (b0) and
 // + 8 (b1), column r; d rows r (d0, d1) and r + 8 (d2, d3), columns 2t, 2t + 1.
@@ -264,16 +264,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The same with A's rows 8-15 and its upper eight k columns zero (a1 = a2 = a3 = 0, b1 = 0): rows 8-15 of the
-// result stay zero, so they enter as zero constants and leave into scratch registers that die at once. v31 keeps
-// 16 accumulators per lane live across its chunk loop instead of 32 (perf log v37).
-__device__ __forceinline__ void mma_bf16_16816_top(float (&d)[2], uint32_t a0, uint32_t b0) {
-  asm("{\n .reg .f32 z2, z3;\n"  // rows 8-15 of the result: zero, dropped
-      " mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,z2,z3}, {%2,%3,%3,%3}, {%4,%3}, {%0,%1,%5,%5};\n}"
-      : "+f"(d[0]), "+f"(d[1])
-      : "r"(a0), "r"(0u), "r"(b0), "f"(0.f));
-}
-
 // (x0, x1) as two bf16x2 words that add up to it within ~16 mantissa bits (hi = bf16(x), lo = bf16(x - hi)): two
 // MMAs, hi then lo, keep about the accuracy of the fp32 path for q and the probabilities.
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
@@ -282,24 +272,6 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   lo = uint32_t(f2bf(x0 - bf2f(h0))) | (uint32_t(f2bf(x1 - bf2f(h1))) << 16);
 }
 
-// Scores of one 8-position tile: d += q K^T over hd, q as hi + lo bf16 halves (A rows: the lane's head when
-// `head`, zero otherwise), `kr` the lane's K row at its column pair, `qr` its q row at the same pair.
-__device__ __forceinline__ void mma_scores8(float (&d)[4], const uint16_t* kr, const float* qr, int hd, bool head) {
-  for (int k0 = 0; k0 < hd; k0 += 16) {
-    uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
-    if (head) {
-      split_bf16x2(qr[k0], qr[k0 + 1], h0, l0);
-      split_bf16x2(qr[k0 + 8], qr[k0 + 9], h2, l2);
-    }
-    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + k0);
-    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + k0 + 8);
-    mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
-    mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
-  }
-}
-#endif
-
-#if TILES_ATTN_TC
 // v63's fragments (PTX mma.m16n8k16 / m16n8k8, lane = 4r + t). ldmatrix: lane l gives the address of row l % 8 of
 // 8x8 bf16 tile l / 8; lane 4r + t receives, of each tile, row r's columns 2t, 2t + 1 (.trans: rows 2t, 2t + 1 of
 // column r). volatile without a "memory" clobber: it stays after the block barrier that publishes the tiles (a
@@ -327,9 +299,6 @@ __device__ __forceinline__ void mma_bf16_1688(float (&d)[4], uint32_t a0, uint32
 // opart ([splits = kThreads / (8 G)][G][hd] floats) the o slots, kWarps x 8 x 4G float2 (G <= 4).
 static_assert((2 * kWarps + 64) <= kAttnChunkElems / kAttnWarpsHeadDim + 8, "v63's q fragments fit in sc");
 static_assert(kWarps * 8 * 4 * 2 <= (kThreads / (8 * kAttnWarpsMaxGroup)) * kAttnWarpsHeadDim, "v63's o slots fit");
-#if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
-#error "TILES_ATTN_TC and TILES_ATTN_MMA are two versions of the attention on the tensor cores: build one"
-#endif
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -1870,9 +1839,9 @@ __device__ __forceinline__ int attn_warps_used(int32_t lo, int32_t hi, int32_t c
   return span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
 }
 
-// The warp-owned attention paths (the warp path, v45; TILES_ATTN_MMA=2, v31): the first `wused` warps' states,
-// (m, l) in sc [warp][G][2] and o in opart [warp][G][hd], combined by log-sum-exp in warp order (fixed: bit-identical
-// runs) into of / ml, the layout MERGE and the partials' store read. A warp whose m is -inf held no position.
+// The warp path (v45, v63): the first `wused` warps' states, (m, l) in sc [warp][G][2] and o in opart ([warp][G][hd];
+// v63: attn_tc_oidx), combined by log-sum-exp in warp order (fixed: bit-identical runs) into of / ml, the layout
+// MERGE and the partials' store read. A warp whose m is -inf held no position.
 #if TILES_ATTN_TC
 // v63's o slots: opart as [warp][n = d / 8][lane = 4g + (d % 8) / 2] float2 (hd 64).
 __device__ __forceinline__ int attn_tc_oidx(int w, int g, int d, int G) {
@@ -2026,28 +1995,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
-#if TILES_ATTN_MMA == 1
-  // The tensor-core path's shapes (v30): heads fit A's first 8 rows, whole k-steps of 16 dims, warps split evenly
-  // into 8-dim tiles, chunks of whole k-steps of positions. Otherwise the fp32 path below. Not compiled into v31's
-  // build (=2), whose fallback is the fp32 path: v30 measured slower than it (perf log, session 10).
-  const bool mma_ok = G <= 8 && hd % 16 == 0 && hd / 8 <= kWarps && kWarps % (hd / 8) == 0 && L.chunk % 16 == 0 &&
-                      kWarps / (hd / 8) <= splits;
-#endif
-#if TILES_ATTN_MMA == 2
-  // TILES_ATTN_MMA=2: each warp runs a chunk's whole pipeline on its own 8 positions of it (scores, online softmax,
-  // o) in registers on the tensor cores, and the warps' (m, l, o) are combined once per tile: two block barriers per
-  // chunk (rows landed, buffer free) instead of five. Needs one 8-position tile per warp and room for 16 warp states.
-  const bool warp_ok = G <= 8 && hd % 16 == 0 && hd <= 64 && L.chunk == 8 * kWarps && splits >= kWarps;
-  const int wr = lane >> 2, wt2 = (lane & 3) * 2;  // fragment row (head; V: dim) and column pair (position)
-  float wm = -INFINITY, wl = 0.f;                   // this warp's running max and sum for head wr (wr < G)
-  float wo[8][2];                                   // its o for head wr, per 8-dim tile (rows wr + 8 are zero)
-#pragma unroll
-  for (int n = 0; n < 8; ++n) wo[n][0] = wo[n][1] = 0.f;
-#endif
 #if TILES_ATTN_WARPS
-#if TILES_ATTN_MMA
-#error "TILES_ATTN_WARPS and TILES_ATTN_MMA are two versions of the same loop: build one (TILES_ATTN_WARPS=0)"
-#endif
   // The warp path (perf log v45): each warp owns 8 positions of every chunk, end to end on the CUDA cores. Lane
   // (position sj = lane / 4, head sg = lane % 4) scores one position for one head; the warp's online softmax runs in
   // registers (three shuffles per reduction); lane (head og, dims od0 .. od0 + 7) accumulates o from the staged V
@@ -2262,62 +2210,6 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
       ATTN_PROF(3);
     } else {
 #endif
-#if TILES_ATTN_MMA == 2
-    if (warp_ok) {
-      const int p0 = warp * 8;
-      if (p0 < cn) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_scores8(d, kb + (p0 + wr) * kstride + wt2, qf + wr * (hd + 4) + wt2, hd, wr < G);
-        // Online softmax over this warp's positions p0 + wt2, + 1 (the four lanes of a row hold its eight).
-        const bool in0 = p0 + wt2 < cn, in1 = p0 + wt2 + 1 < cn;
-        const float s0 = in0 ? d[0] * scale : -INFINITY, s1 = in1 ? d[1] * scale : -INFINITY;
-        float mx = fmaxf(s0, s1);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mn = fmaxf(wm, mx);  // finite: position p0 is in the chunk
-        const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
-        const float e0 = in0 ? expf(s0 - mn) : 0.f, e1 = in1 ? expf(s1 - mn) : 0.f;
-        float ls = e0 + e1;
-        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
-        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
-        wl = wl * alpha + ls;
-        wm = mn;
-        // o += P V: P's A fragment is the scores' C fragment (row wr, positions wt2, wt2 + 1; the upper eight
-        // positions of the k-step are zero), V's B fragment column is dim n * 8 + wr.
-        uint32_t ph, pl;
-        split_bf16x2(e0, e1, ph, pl);
-        if (wr >= G) ph = pl = 0u;
-        const uint16_t* vcol = vb + wr;
-        const uint32_t r0 = (p0 + wt2) * attn_vstride(hd), r1 = r0 + attn_vstride(hd);
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          if (n * 8 < hd) {
-            wo[n][0] *= alpha;
-            wo[n][1] *= alpha;
-            const uint32_t b0 = (in0 ? uint32_t(vcol[r0 + n * 8]) : 0u) | ((in1 ? uint32_t(vcol[r1 + n * 8]) : 0u) << 16);
-            mma_bf16_16816_top(wo[n], ph, b0);
-            mma_bf16_16816_top(wo[n], pl, b0);
-          }
-        }
-      }
-      __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
-    } else {
-#endif
-#if TILES_ATTN_MMA == 1
-    if (mma_ok) {
-      // Scores on the tensor cores: one warp per 8 positions, the heads as A's rows (G <= 8 real, the rest zero), q
-      // split into hi + lo bf16 halves. Rows past cn hold stale K: their columns are never read.
-      const int r = lane >> 2, t2 = (lane & 3) * 2;
-      for (int nt = warp; nt * 8 < cn; nt += kWarps) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        mma_scores8(d, kb + (nt * 8 + r) * kstride + t2, qf + r * (hd + 4) + t2, hd, r < G);
-        if (r < G) {
-          sc[r * scs + nt * 8 + t2] = d[0] * scale;
-          sc[r * scs + nt * 8 + t2 + 1] = d[1] * scale;
-        }
-      }
-    } else
-#endif
     // Scores: one (position, head) per thread.
     for (int i = tid; i < cn * G; i += kThreads) {
       const int j = i / G, g = i - j * G;
@@ -2365,36 +2257,6 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     // A short chunk takes fewer splits (at least 8 positions each), so that the combine below stays short: at
     // 32 positions, 16 splits of 2 cost 0.7% per token (perf log v29).
     int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
-#if TILES_ATTN_MMA == 1
-    if (mma_ok) {
-      // o partials on the tensor cores: warp = (8-dim tile, position group), P split into hi + lo bf16 halves;
-      // positions >= cn enter as zeros in both P and V (a stale V row may hold a NaN, and 0 * NaN is NaN).
-      const int ndt = hd / 8, dt = warp % ndt, ph = warp / ndt;
-      nsp = kWarps / ndt;
-      const int span = (L.chunk / nsp + 15) / 16 * 16;
-      const int r = lane >> 2, t2 = (lane & 3) * 2;
-      const uint16_t* vcol = vb + dt * 8 + r;
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int k0 = ph * span; k0 < (ph + 1) * span && k0 < cn; k0 += 16) {
-        uint32_t h0 = 0, l0 = 0, h2 = 0, l2 = 0;
-        if (r < G) {
-          const float* pr = sc + r * scs + k0 + t2;
-          split_bf16x2(k0 + t2 < cn ? pr[0] : 0.f, k0 + t2 + 1 < cn ? pr[1] : 0.f, h0, l0);
-          split_bf16x2(k0 + t2 + 8 < cn ? pr[8] : 0.f, k0 + t2 + 9 < cn ? pr[9] : 0.f, h2, l2);
-        }
-        auto v = [&](int k) -> uint32_t { return k < cn ? uint32_t(vcol[k * attn_vstride(hd)]) : 0u; };
-        const uint32_t b0 = v(k0 + t2) | (v(k0 + t2 + 1) << 16);
-        const uint32_t b1 = v(k0 + t2 + 8) | (v(k0 + t2 + 9) << 16);
-        mma_bf16_16816(d, h0, 0u, h2, 0u, b0, b1);
-        mma_bf16_16816(d, l0, 0u, l2, 0u, b0, b1);
-      }
-      if (r < G) {
-        float* op = opart + ph * G * hd + r * hd + dt * 8 + t2;
-        op[0] = d[0];
-        op[1] = d[1];
-      }
-    } else
-#endif
     {
       const int d8n = hd / 8, ngd = G * d8n;
       for (int i = tid; i < nsp * ngd; i += kThreads) {
@@ -2429,7 +2291,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     }
     __syncthreads();
     ATTN_PROF(6);
-#if TILES_ATTN_MMA == 2 || TILES_ATTN_WARPS
+#if TILES_ATTN_WARPS
     }
 #endif
     if (kv_delta != 0) {  // the buffer just read receives chunk c+2
@@ -2466,31 +2328,6 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     attn_combine_warps(sc, opart, G, hd, wused, of, ml);
     __syncthreads();
     ATTN_PROF(6);
-  }
-#endif
-#if TILES_ATTN_MMA == 2
-  if (warp_ok) {
-    // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
-    // runs) into of / ml, the layout MERGE and the partial's store read. Only the first `wused` warps ever held a
-    // position (a chunk of 33 at prompt 32: 5 of 16); the others' states are empty (m = -inf) and add nothing, so
-    // the combine skips them (the same bits, a third of the serial expf chain at short context; perf log v37).
-    const int wused = attn_warps_used(lo, hi, L.chunk);
-    if (wr < G && warp < wused) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        if (n * 8 < hd) {
-          opart[(warp * G + wr) * hd + n * 8 + wt2] = wo[n][0];
-          opart[(warp * G + wr) * hd + n * 8 + wt2 + 1] = wo[n][1];
-        }
-      }
-      if (wt2 == 0) {
-        sc[(warp * G + wr) * 2] = wm;
-        sc[(warp * G + wr) * 2 + 1] = wl;
-      }
-    }
-    __syncthreads();
-    attn_combine_warps(sc, opart, G, hd, wused, of, ml);
-    __syncthreads();
   }
 #endif
   TILES_MARK(kTimePhase2);

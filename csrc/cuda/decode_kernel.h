@@ -16,24 +16,15 @@ namespace cuda {
 #endif
 
 // The attention's warp path (perf log v45): each warp owns 8 positions of every K/V chunk end to end. On by default;
-// TILES_ATTN_WARPS=0 (a build knob, setup.py) compiles the five-step chunk loop everywhere, for A/B measurements. The
-// tensor-core experiment (TILES_ATTN_MMA) replaces the same loop, so it builds without the warp path.
+// TILES_ATTN_WARPS=0 (a build knob, setup.py) compiles the five-step chunk loop everywhere, for A/B measurements.
 // TILES_ATTN_TC (perf log v63, v63e; the default since session 26): the warp path's scores and o update on the tensor
 // cores (ldmatrix + mma.m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves), the rest of the warp
 // path unchanged. TILES_ATTN_TC=0 (a build knob, setup.py) compiles session 22's FFMA warp path, for A/B.
 #ifndef TILES_ATTN_TC
-#if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
-#define TILES_ATTN_TC 0
-#else
 #define TILES_ATTN_TC 1
 #endif
-#endif
 #ifndef TILES_ATTN_WARPS
-#if defined(TILES_ATTN_MMA) && TILES_ATTN_MMA
-#define TILES_ATTN_WARPS 0
-#else
 #define TILES_ATTN_WARPS 1
-#endif
 #endif
 
 constexpr int kThreads = 512;          // threads per worker block (16 warps)
@@ -302,13 +293,13 @@ constexpr bool stage_ahead(int32_t opt) {
   return (opt & kOptStageAhead) && (opt & kOptStageWeights) && !(opt & (kOptBulkStage | kOptWeightRing));
 }
 
-// Row stride (elements) of a staged V chunk. The tensor-core attention build (TILES_ATTN_MMA, perf log, session 9
-// Next) pads it as K's is: its B-operand reads take two rows per lane group, conflict-free only with the pad.
+// Row stride (elements) of a staged V chunk. The tensor-core warp path (TILES_ATTN_TC) pads it as K's is: its
+// ldmatrix.trans reads take 8 rows at once, conflict-free only with the pad.
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
 constexpr int32_t attn_vstride(int32_t hd) {
-#if defined(TILES_ATTN_MMA) || TILES_ATTN_TC
+#if TILES_ATTN_TC
   return hd + 8;
 #else
   return hd;
