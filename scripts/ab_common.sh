@@ -9,8 +9,11 @@
 #   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
 #   build_pair TAG KNOB=v       main's build kept as base, then the knob's build kept as TAG (for swap_ab)
 #   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
+#   build_patched TAG PATCH [VAR=value ...]  the tree with PATCH applied (patch -p1), built and kept as TAG; the
+#                               patch is then taken out again
 #   knob_ab TAG KNOB=v "POS" MODELS   a build knob against main's build: both built and kept, lean_check's bits at
 #                               the positions POS (saved on base, compared on TAG), the kernel tests on TAG, swap_ab
+#   patch_ab TAG PATCH "POS" MODELS   the same for a patch (docs/patches/) that keeps the bits
 #   knob_acc TAG KNOB=v MODELS  the same for a knob that changes the bits: the kernel tests on TAG print their accuracy
 #                               lines (CUDA vs the CPU reference, parity with Transformers), then swap_ab
 #   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
@@ -82,18 +85,31 @@ ncu_src() {  # ncu_src TAG CTX [SECTION ...] (default SourceCounters)
   ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-sass.csv" 2>&1
   rm -f "$rep.ncu-rep"
 }
-knob_ab() {  # knob_ab TAG KNOB=value "POSITIONS" MODELS
-  local tag=$1 knob=$2 positions=$3 models=$4 p
+build_patched() {  # build_patched TAG PATCH [VAR=value ...]
+  local tag=$1 pf=$2
+  shift 2
+  patch -p1 -s < "$pf" || { echo "$pf does not apply"; return 1; }
+  build "$tag" "$@"
+  keep_so "$tag"
+  patch -p1 -R -s < "$pf"
+}
+build_kept() { build "$@"; keep_so "$1"; }
+# bits_ab TAG "POSITIONS" MODELS BUILD...: main's build as base (its bits saved at POSITIONS), then BUILD... (which
+# builds and keeps TAG), its bits compared, the kernel tests on it, swap_ab.
+bits_ab() {
+  local tag=$1 positions=$2 models=$3 p
+  shift 3
   build base
   keep_so base
   for p in $positions; do timeout 90 python3 scripts/lean_check.py save "/tmp/ref$p.pt" "$p" 2>&1 | tail -1; done
-  build "$tag" "$knob"
-  keep_so "$tag"
+  "$@" || return 1
   for p in $positions; do timeout 90 python3 scripts/lean_check.py compare "/tmp/ref$p.pt" "$p" 2>&1 | tail -2; done
   timeout 200 python3 -m pytest -q -x tests/test_cuda_kernel.py 2>&1 | tail -3
   swap_ab "$models" base "$tag"
   echo "swap done t=$(( $(date +%s) - AB_T0 ))"
 }
+knob_ab() { bits_ab "$1" "$3" "$4" build_kept "$1" "$2"; }  # knob_ab TAG KNOB=value "POSITIONS" MODELS
+patch_ab() { bits_ab "$1" "$3" "$4" build_patched "$1" "$2"; }  # patch_ab TAG PATCH "POSITIONS" MODELS
 knob_acc() {  # knob_acc TAG KNOB=value MODELS
   local tag=$1 knob=$2 models=$3
   build_pair "$tag" "$knob"
