@@ -1856,6 +1856,38 @@ __device__ __forceinline__ void attn_combine_warps(const float* sc, const float*
 #else
     const int g = i / hd;
 #endif
+#ifndef TILES_FLAGS
+    // v66: every warp's state loaded at once, unconditionally (the slots of all kWarps warps exist; those past wused
+    // are not used), so that the 32 loads and 16 expf overlap instead of one dependent LDS -> expf -> FMA chain per
+    // warp (3.05K of ~10K cycles per ATTN tile at 4064; -1.0% per token there, session 27). The same terms in the same
+    // warp order: the same bits. Not in the flag variant, whose tile loop it made spill (24 / 16 bytes).
+    float2 s[kWarps];
+    float o[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      s[w] = reinterpret_cast<const float2*>(sc)[w * G + g];
+#if TILES_ATTN_TC
+      o[w] = opart[attn_tc_oidx(w, g, i - g * hd, G)];
+#else
+      o[w] = opart[(w * G + g) * hd + (i - g * hd)];
+#endif
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (w < wused) M = fmaxf(M, s[w].x);
+    float Ls = 0.f, O = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      // Branch-free, so that the 16 expf overlap: a term is added where the flag variant's loop adds it (w < wused, m
+      // finite), as the FMA that its `Ls += f * l` contracts to; elsewhere f is computed and dropped.
+      const bool use = w < wused && s[w].x != -INFINITY;
+      float f = expf(s[w].x - M);
+      asm volatile("" : "+f"(f));  // computed unconditionally: otherwise it sinks into a branch per warp again
+      Ls = use ? fmaf(f, s[w].y, Ls) : Ls;
+      O = use ? fmaf(f, o[w], O) : O;
+    }
+#else
     float M = -INFINITY;
     for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
     float Ls = 0.f, O = 0.f;
@@ -1871,6 +1903,7 @@ __device__ __forceinline__ void attn_combine_warps(const float* sc, const float*
 #endif
       }
     }
+#endif
     of[i] = O;
     if (i - g * hd == 0) {
       ml[g] = M;
@@ -2009,9 +2042,10 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   // zero q and are never stored.
   const int fr = lane >> 2, ft = lane & 3;
   float wm = -INFINITY, wl = 0.f;  // this warp's running max and sum for head fr
-  // Its o for head fr, dims 8n + 2ft, + 1, lives in shared memory, not in registers (16 accumulators per lane across
-  // the chunk loop spilled): opart as [warp][n][lane < 4G] float2 (attn_tc_oidx), so that the 4G lanes' float2 of
-  // one n are contiguous (the [warp][G][hd] layout put the heads' rows on the same banks: 4 wavefronts per access).
+  // Its o for head fr, dims 8n + 2ft, + 1, goes to opart as [warp][n][lane < 4G] float2 (attn_tc_oidx), so that the
+  // 4G lanes' float2 of one n are contiguous (the [warp][G][hd] layout put the heads' rows on the same banks: 4
+  // wavefronts per access). The flag variant keeps it there across the chunk loop (a load and a store per n and
+  // chunk); the counter variant holds it in registers (oreg, v65) and stores it once, before the combine.
   float2* wop = reinterpret_cast<float2*>(opart) + warp * 8 * 4 * G + lane;
   const uint4* qfrag = reinterpret_cast<const uint4*>(sc + kWarps * 2 * G);  // written below, after qf
 #ifndef TILES_FLAGS
@@ -2019,6 +2053,11 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   // flag variant: there the same code made SmolLM2 9% slower (perf log, session 26); the values are the same.
   uint4 qreg[4];
   bool qloaded = false;
+  // v65: its o in registers across the chunk loop (with v66's combine -2.5% per token at 16K, +0.35% at prompt 32:
+  // perf log, session 27; 12 / 8 bytes of spills in the tile loop).
+  float2 oreg[8];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) oreg[n] = make_float2(0.f, 0.f);
 #endif
 #else
   const int sj = lane >> 2, sg = lane & 3;                     // scores layout
@@ -2150,11 +2189,17 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
           ldsm_x4_trans(vf, vrow + 32 * h);
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
+#ifndef TILES_FLAGS
+            float acc[4] = {oreg[4 * h + n].x * alpha, oreg[4 * h + n].y * alpha, 0.f, 0.f};
+            mma_bf16_1688(acc, ph, pl, vf[n] & vm);
+            oreg[4 * h + n] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
+#else
             const int j = (4 * h + n) * 4 * G;
             const float2 o = fr < G && c0 != lo ? wop[j] : make_float2(0.f, 0.f);
             float acc[4] = {o.x * alpha, o.y * alpha, 0.f, 0.f};  // rows fr: o alpha + P_hi V; fr + 8: P_lo V
             mma_bf16_1688(acc, ph, pl, vf[n] & vm);
             if (fr < G) wop[j] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
+#endif
           }
         }
 #else
@@ -2304,14 +2349,20 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   if (warp_ok) {
     // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
     // runs) into of / ml, the layout MERGE and the partial's store read. Warps past the first chunk's span never
-    // held a position (their m is -inf): the combine stops before them.
+    // held a position (their m is -inf): the combine leaves them out.
     const int wused = attn_warps_used(lo, hi, L.chunk);
     if (warp < wused) {
 #if TILES_ATTN_TC
-      if (fr < G && ft == 0) {  // (o is in opart already)
+      if (fr < G && ft == 0) {  // (the flag variant's o is in opart already)
         sc[(warp * G + fr) * 2] = wm;
         sc[(warp * G + fr) * 2 + 1] = wl;
       }
+#ifndef TILES_FLAGS
+      if (fr < G) {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) wop[n * 4 * G] = oreg[n];
+      }
+#endif
 #else
       if (og < G) {
         float4* op = reinterpret_cast<float4*>(opart + (warp * G + og) * hd + od0);
