@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 27, call 3 (result: see the perf log, session 27): checks of the new default (v65 + v66, commit fd355bd):
+# Session 27, call 3 (result: all clean, bit-identical; ATTN tile at 16000 ~24.0K cycles, 4064 ~8.1K; perf log).
+# Checks of the new default (v65 + v66, commit fd355bd):
 # kernel_check --quick (every latency-option set bit-identical, parity), compute-sanitizer memcheck and racecheck on
 # the default variant (counters; attention tiles of one chunk and of several) and the runtime-options kernel (127)
 # (the flag variant's SASS is unchanged), then the ATTN profile of the new default at 4064 and 16000.

@@ -2053,7 +2053,7 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   // flag variant: there the same code made SmolLM2 9% slower (perf log, session 26); the values are the same.
   uint4 qreg[4];
   bool qloaded = false;
-  // v65: its o in registers across the chunk loop (with v66's combine -2.5% per token at 16K, +0.35% at prompt 32:
+  // v65: its o in registers across the chunk loop (with v66's combine -2.5% per token at 16K, +0.3% at prompt 32:
   // perf log, session 27; 12 / 8 bytes of spills in the tile loop).
   float2 oreg[8];
 #pragma unroll
