@@ -18,6 +18,7 @@
 #                               lines (CUDA vs the CPU reference, parity with Transformers), then swap_ab
 #   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
 #                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
+#   sanitize_runs "OPT CACHE POS HANDOFF" ...  scripts/sanitize.sh (memcheck, racecheck) once per run, logs in $OUT
 #   ncu_src TAG CTX [SECTION ...]  ncu (default section SourceCounters: stalls, wavefronts per SASS row) of one decode
 #                               launch of the current build at CTX, the 4th (ncu_attn.py): $OUT/ncu-TAG-CTX-sass.csv
 #                               (for scripts/ncu_lines.py) and -details.csv
@@ -74,6 +75,16 @@ attn_prof() {  # attn_prof TAG CTX DEFINES
     --model llama-3.2-1b --ctx "$2" --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-$1.json" > "/tmp/tt-$1.out" 2>&1
   grep "ATTNPROF" "/tmp/tt-$1.out" | tail -12
   cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
+}
+sanitize_runs() {  # sanitize_runs "OPT CACHE POS HANDOFF" ...
+  local run
+  for run in "$@"; do
+    set -- $run
+    echo "=== sanitize opt $1 cache $2 pos $3 handoff $4"
+    TILES_KERNEL_OPT=$1 SANITIZE_CACHE=$2 SANITIZE_POS=$3 TILES_HANDOFF=$4 SANITIZE_TIMEOUT=80 \
+      SANITIZE_LOGDIR="${OUT:-/tmp}" bash scripts/sanitize.sh
+    echo "t=$(( $(date +%s) - AB_T0 ))"
+  done
 }
 ncu_src() {  # ncu_src TAG CTX [SECTION ...] (default SourceCounters)
   local ctx=$2 rep="${OUT:-/tmp}/ncu-$1-$2" warm=3 sec=() s  # warm: launches before the profiled one

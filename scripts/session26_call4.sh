@@ -8,13 +8,7 @@ cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call4.log") 2>&1
 source scripts/ab_common.sh
 build main
-for run in "25183 64 40 counters" "25183 1024 700 counters" "25183 1024 700 flags" "127 1024 700 counters"; do
-  set -- $run
-  echo "=== sanitize opt $1 cache $2 pos $3 handoff $4"
-  TILES_KERNEL_OPT=$1 SANITIZE_CACHE=$2 SANITIZE_POS=$3 TILES_HANDOFF=$4 SANITIZE_TIMEOUT=80 \
-    SANITIZE_LOGDIR="${OUT:-/tmp}" bash scripts/sanitize.sh
-  echo "t=$(( $(date +%s) - AB_T0 ))"
-done
+sanitize_runs "25183 64 40 counters" "25183 1024 700 counters" "25183 1024 700 flags" "127 1024 700 counters"
 attn_prof tc16k 16000 "-DTILES_ATTN_PROFILE"
 [ $(( $(date +%s) - AB_T0 )) -lt 420 ] && attn_prof tc4k 4064 "-DTILES_ATTN_PROFILE"
 echo "total t=$(( $(date +%s) - AB_T0 ))"

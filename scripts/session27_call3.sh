@@ -10,13 +10,7 @@ source scripts/ab_common.sh
 build main
 timeout 160 python3 scripts/kernel_check.py --quick --no-baseline 2>&1 | grep -v Warning | tail -25
 echo "kernel_check t=$(( $(date +%s) - AB_T0 ))"
-for run in "25183 64 40" "25183 1024 700" "127 1024 700"; do
-  set -- $run
-  echo "=== sanitize opt $1 cache $2 pos $3 handoff counters"
-  TILES_KERNEL_OPT=$1 SANITIZE_CACHE=$2 SANITIZE_POS=$3 TILES_HANDOFF=counters SANITIZE_TIMEOUT=80 \
-    SANITIZE_LOGDIR="${OUT:-/tmp}" bash scripts/sanitize.sh
-  echo "t=$(( $(date +%s) - AB_T0 ))"
-done
+sanitize_runs "25183 64 40 counters" "25183 1024 700 counters" "127 1024 700 counters"
 attn_prof p4k 4064 "-DTILES_ATTN_PROFILE"
 [ $(( $(date +%s) - AB_T0 )) -lt 480 ] && attn_prof p16k 16000 "-DTILES_ATTN_PROFILE"
 echo "total t=$(( $(date +%s) - AB_T0 ))"
