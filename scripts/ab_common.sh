@@ -8,6 +8,7 @@
 #   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
 #   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
 #   build_pair TAG KNOB=v       main's build kept as base, then the knob's build kept as TAG (for swap_ab)
+#   ab_once LABEL SO MODELS [MAX_CACHE]  one opt_ab round of kept library SO (the environment passes through)
 #   swap_ab MODELS TAG ...      two rounds: each kept library in turn, opt_ab (one round, 16512 cache rows) on MODELS
 #   build_patched TAG PATCH [VAR=value ...]  the tree with PATCH applied (patch -p1), built and kept as TAG; the
 #                               patch is then taken out again
@@ -58,15 +59,16 @@ build_pair() {  # build_pair TAG KNOB=value
   build "$1" "$2"
   keep_so "$1"
 }
+ab_once() {  # ab_once LABEL SO MODELS [MAX_CACHE]: kept library SO in, one opt_ab round of the default option set
+  cp "/tmp/so_$2" "$(ls tiles_ext/_C*.so)"
+  timeout 100 python3 scripts/opt_ab.py --rounds 1 --max-cache "${4:-16512}" --opts 25183 --models "$3" 2>&1 \
+    | grep -v Warning | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
+}
 swap_ab() {  # swap_ab MODELS TAG [TAG ...]: builds of one machine compared without a rebuild between rounds
   local models=$1 r v
   shift
   for r in 1 2; do
-    for v in "$@"; do
-      cp "/tmp/so_$v" "$(ls tiles_ext/_C*.so)"
-      timeout 100 python3 scripts/opt_ab.py --rounds 1 --max-cache 16512 --opts 25183 --models "$models" 2>&1 \
-        | grep -v Warning | grep "round\|rror" | sed "s/^/$v r$r /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
-    done
+    for v in "$@"; do ab_once "$v r$r" "$v" "$models"; done
   done
 }
 attn_prof() {  # attn_prof TAG CTX DEFINES

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Session 27, call 1 (result: both kept in bf43094: 32 +0.3%, 4064 -1.0%, 16000 -2.5%; perf log). It ran on 8febee4
-# with the two patches, since deleted (in main now): `git show bf43094:docs/patches/v66-combine-unrolled.patch`.
+# with the two patches, since deleted (in main now): `git show bf43094:docs/patches/v66-combine-unrolled.patch`,
+# `git show 8febee4:docs/patches/v65-tc-o-regs.patch`.
 # Two patches that keep the bits, against main in one process: v66 (docs/patches/v66-combine-unrolled.patch: the
 # ATTN tile's combine of the warps' states unrolled over the 16 warps, branch-free, counter variant), v65
 # (docs/patches/v65-tc-o-regs.patch: each warp's o in registers across the chunk loop) and both. lean_check's bits

@@ -14,11 +14,9 @@ build_kept pace
 timeout 120 python3 -m pytest -q -x tests/test_cuda_kernel.py -k "pace" 2>&1 | tail -2 | sed "s/^/pace /"
 patch -p1 -R -s < docs/patches/v67-stage-pace.patch
 echo "tests t=$(( $(date +%s) - AB_T0 ))"
-run() {  # run TAG SO QKV GATEUP DOWN
-  cp "/tmp/so_$2" "$(ls tiles_ext/_C*.so)"
-  TILES_PACE_QKV_CYCLES=$3 TILES_PACE_GATEUP_CYCLES=$4 TILES_PACE_DOWN_CYCLES=$5 timeout 60 python3 scripts/opt_ab.py \
-    --rounds 1 --max-cache 4200 --opts 25183 --models "llama-3.2-1b:32,4064" 2>&1 | grep -v Warning \
-    | grep "round\|rror" | sed "s/^/$1 /; s/ P plan single 128 o-off 1 a0-off 1 mn 1//"
+run() {  # run LABEL SO QKV GATEUP DOWN
+  TILES_PACE_QKV_CYCLES=$3 TILES_PACE_GATEUP_CYCLES=$4 TILES_PACE_DOWN_CYCLES=$5 ab_once "$1" "$2" \
+    "llama-3.2-1b:32,4064" 4200
 }
 for r in 1 2; do
   run "base r$r" base 0 0 0
