@@ -5,7 +5,8 @@
 #                               SmolLM2 ctx 32, ROUNDS rounds (default 2), lines prefixed with TAG; its JSON is kept
 #                               as $OUT/opt_ab-TAG.json
 #   abx TAG                     opt_ab at long context too ($AB_MODELS; Llama-1B 32 / 4064 / 16000, SmolLM2 32)
-#   ab_base_in / ab_new_in      swap the carried base kernel (.ab/decode_kernel.cu) in, then the tree's back
+#   ab_base_in / ab_new_in      swap the carried base kernel (.ab/cuda: a copy of csrc/cuda, the kernel and its
+#                               parts) in, then the tree's back (scripts before session 28 carried one file)
 #   keep_so TAG                 keeps the build's extension library as /tmp/so_TAG
 #   build_pair TAG KNOB=v       main's build kept as base, then the knob's build kept as TAG (for swap_ab)
 #   ab_once LABEL SO MODELS [MAX_CACHE]  one opt_ab round of kept library SO (the environment passes through)
@@ -45,12 +46,13 @@ abx() {  # abx TAG: like ab, over $AB_MODELS (default Llama-1B ctx 32 / 4064 / 1
   mv "${OUT:-/tmp}/opt_ab.json" "${OUT:-/tmp}/opt_ab-$1.json" 2>/dev/null || true
 }
 ab_base_in() {
-  [ -f .ab/decode_kernel.cu ] || { echo "missing .ab/decode_kernel.cu (see the calling script's header)"; exit 2; }
-  cp csrc/cuda/decode_kernel.cu /tmp/new.cu
-  cp .ab/decode_kernel.cu csrc/cuda/decode_kernel.cu
+  [ -f .ab/cuda/decode_kernel.cu ] \
+    || { echo "missing .ab/cuda (a copy of main's csrc/cuda; see the calling script's header)"; exit 2; }
+  rm -rf /tmp/new_cuda && cp -r csrc/cuda /tmp/new_cuda
+  rm -rf csrc/cuda && cp -r .ab/cuda csrc/cuda
 }
 ab_new_in() {
-  cp /tmp/new.cu csrc/cuda/decode_kernel.cu
+  rm -rf csrc/cuda && cp -r /tmp/new_cuda csrc/cuda
 }
 keep_so() { cp "$(ls tiles_ext/_C*.so)" "/tmp/so_$1"; }
 build_pair() {  # build_pair TAG KNOB=value

@@ -5,9 +5,11 @@ are mapped here: by offset into the kernel, against `nvdisasm -g -c` of the same
 differs, which must be 0), each instruction to the innermost source line nvdisasm names (inlined code is attributed to
 the callee's line).
 Usage: python scripts/ncu_lines.py SASS_CSV NVDISASM_TXT [--top 40] [--regions LO-HI:name,...] [--lds LO-HI]
-                                   [--function SYMBOL_PART] [--base BASE_CSV BASE_TXT]
-  --regions  samples and top stall reasons summed over decode_kernel.cu line ranges
-  --lds      every LDS / SHFL of those lines: executions, wavefronts per execution (ncu's and the ideal), samples
+                                   [--file NAME] [--function SYMBOL_PART] [--base BASE_CSV BASE_TXT]
+  --regions  samples and top stall reasons summed over line ranges of one source file (--file: decode_kernel.cu,
+             the default, or one of its parts: attention.cuh, matvec.cuh, ...)
+  --lds      every LDS / SHFL of those lines (same file): executions, wavefronts per execution (ncu's and the
+             ideal), samples
   --base     a second build's export and listing of the same source file (e.g. a knob off and on, profiled in one
              device call): total samples and executed instructions of both, and the --top lines whose samples differ
              most (session 25: where a change's cost at prompt 32 sits, or that it sits nowhere in particular)"""
@@ -90,12 +92,12 @@ def region(agg, lo, hi, fname="decode_kernel.cu"):
     return out
 
 
-def lds_rows(col, body, sass, lo, hi):
+def lds_rows(col, body, sass, lo, hi, fname="decode_kernel.cu"):
     """(offset, line, instruction, executions, wavefronts per execution, ideal, samples) of the LDS / SHFL rows."""
     out = []
     for off, r in body:
-        ln = sass.get(off, ("?", "?", 0))[2]
-        if lo <= ln <= hi and opcode(r[1]) in ("LDS", "LDSM", "SHFL"):
+        _, f, ln = sass.get(off, ("?", "?", 0))
+        if f == fname and lo <= ln <= hi and opcode(r[1]) in ("LDS", "LDSM", "SHFL"):
             ex = _num(r, col, "Instructions Executed")
             wf = _num(r, col, "L1 Wavefronts Shared") / ex if ex else 0.0
             ideal = _num(r, col, "L1 Wavefronts Shared Ideal") / ex if ex else 0.0
@@ -130,6 +132,7 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--regions", default="")
     ap.add_argument("--lds", default="")
+    ap.add_argument("--file", default="decode_kernel.cu")
     ap.add_argument("--function", default=KERNEL)
     ap.add_argument("--base", nargs=2, metavar=("BASE_CSV", "BASE_TXT"))
     a = ap.parse_args()
@@ -150,12 +153,12 @@ def main():
     for reg in filter(None, a.regions.split(",")):
         span, name = reg.split(":")
         lo, hi = map(int, span.split("-"))
-        d = region(agg, lo, hi)
-        print(f"region {name} ({lo}-{hi}): {d['samples'] / total:6.2%} of samples, instr {d['instr']:.0f}; "
+        d = region(agg, lo, hi, a.file)
+        print(f"region {name} ({a.file} {lo}-{hi}): {d['samples'] / total:6.2%} of samples, instr {d['instr']:.0f}; "
               f"{top_stalls(d, 6)}")
     if a.lds:
         lo, hi = map(int, a.lds.split("-"))
-        for off, ln, text, ex, wf, ideal, n in lds_rows(col, body, sass, lo, hi):
+        for off, ln, text, ex, wf, ideal, n in lds_rows(col, body, sass, lo, hi, a.file):
             if ex:
                 print(f"{off:6x} line {ln:5d} {text[:44]:44s} exec {ex:9.0f} wavefronts {wf:4.2f} (ideal {ideal:4.2f})"
                       f" samples {n:.0f}")

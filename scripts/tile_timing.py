@@ -57,7 +57,8 @@ def build_lib(out_dir: Path) -> Path:
     lib = out_dir / f"libtiles_timing{tag}.so"
     srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "csrc/cuda/decode_kernel_default.cu",
             ROOT / "csrc/cuda/decode_kernel_flags.cu", ROOT / "scripts/tile_timing_launch.cu"]
-    deps = srcs + [ROOT / "csrc/cuda/decode_kernel.h", ROOT / "csrc/generated/plan_format.h"]
+    deps = srcs + sorted((ROOT / "csrc/cuda").glob("*.cuh")) + [ROOT / "csrc/cuda/decode_kernel.h",
+                                                             ROOT / "csrc/generated/plan_format.h"]
     if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in deps):
         return lib
     arch = os.environ.get("TILES_TIMING_ARCH", "90a")

@@ -1,4 +1,4 @@
-"""The kernel's div_small (csrc/cuda/decode_kernel.cu): floor(a / b) as (a + 0.5) * rcp(b) in fp32 (the product
+"""The kernel's div_small (csrc/cuda/matvec.cuh): floor(a / b) as (a + 0.5) * rcp(b) in fp32 (the product
 rounded to nearest, then truncated) equals the integer division over its whole stated domain (0 <= a < 2^16,
 1 <= b <= 64) with the reciprocal exact-rounded or one ulp off either way (rcp.approx.ftz.f32 errs by at most one
 ulp). numpy's float32 product rounds as the GPU's FMUL.RN does."""
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-KERNEL = Path(__file__).resolve().parents[1] / "csrc" / "cuda" / "decode_kernel.cu"
+KERNEL = Path(__file__).resolve().parents[1] / "csrc" / "cuda" / "matvec.cuh"
 
 
 def test_kernel_uses_the_checked_formula():
     src = KERNEL.read_text()
     body = re.search(r"int32_t div_small\(int32_t a, int32_t b\) \{(.*?)\n\}", src, re.S)
-    assert body, "div_small not found in decode_kernel.cu"
+    assert body, "div_small not found in matvec.cuh"
     assert 'rcp.approx.ftz.f32 %0, %1;' in body.group(1)
     assert "(static_cast<float>(a) + 0.5f) * r" in body.group(1)
 

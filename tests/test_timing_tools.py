@@ -117,6 +117,8 @@ def test_ncu_lines_maps_sass_rows_to_source_lines():
     assert nl.region(agg, 5, 15)["stall_barrier"] == 3 and nl.region(agg, 5, 25)["samples"] == 10
     (row,) = nl.lds_rows(col, body, m, 15, 25)
     assert row[:3] == (0x10, 20, "LDS.128 R4, [R2]") and row[4] == 4.0 and row[5] == 2.0
+    # The kernel's parts (attention.cuh, ...) number their lines from 1 too: a range is of one file only.
+    assert nl.region(agg, 5, 25, "attention.cuh")["samples"] == 0 and not nl.lds_rows(col, body, m, 15, 25, "merge.cuh")
     # --base: two builds' lines, largest sample difference first (a line only one build has counts from zero).
     other = {("decode_kernel.cu", 10): {"samples": 3.0, "instr": 10.0}, ("decode_kernel.cu", 30): {"samples": 4.0}}
     rows = nl.compare(other, agg, 3)
@@ -132,3 +134,4 @@ def test_sass_count_counts_opcodes_of_the_line_ranges():
             0x20: ("@P1 LDS R5, [R3]", "decode_kernel.cu", 21), 0x30: ("FFMA R5, R4, R4, R5", "other.cuh", 20)}
     assert sc.count(sass, [(20, 21)]) == {"LDS": 2}
     assert sc.count(sass, [(5, 10), (21, 30)]) == {"LDC": 1, "LDS": 1}
+    assert sc.count(sass, [(20, 21)], "other.cuh") == {"FFMA": 1}

@@ -3,7 +3,7 @@
 // value, written by one single-copy-atomic store, and a consumer polls the data words themselves instead of a
 // counter. It removes, per dependent stage, the producer's release (block barrier + red.release: it waits for the
 // tile's stores to be acknowledged) and one of the consumer's two L2 round trips (the counter, then the inputs).
-// Included by decode_kernel.cu only, inside its anonymous namespace.
+// Included by waits.cuh (a part of decode_kernel.cu), inside the kernel's anonymous namespace.
 //
 // Layout: the arena is twice the plan's scratch_bytes, every byte offset doubled, so an fp32 element becomes the
 // 8-byte word {value bits, epoch} and a bf16 element the 4-byte word {value, epoch & 0xffff}. Each word has exactly
