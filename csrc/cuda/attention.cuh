@@ -647,11 +647,11 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   return false;
 }
 
-// attn_tile_body's instantiation for this shape. The default variants compile the warp path alone: inlined beside it, the five-step loop's ~1000 instructions cost
-// Llama-1B +24% per token, and out of line (its Tile and layout passed through the stack) 320 bytes of stack and
-// 72 / 120 bytes of spills in the kernel (perf log v45). launch_decode runs a shape the warp path does not take
-// (attn_warps_fit) on the runtime-options kernel, which has both and picks by shape: the same bits as the default
-// variant for every shape that runs there.
+// attn_tile_body's instantiation for this shape. The default variants compile the warp path alone: inlined beside
+// it, the five-step loop's ~1000 instructions cost Llama-1B +24% per token, and out of line (its Tile and layout
+// passed through the stack) 320 bytes of stack and 72 / 120 bytes of spills in the kernel (perf log v45).
+// launch_decode runs a shape the warp path does not take (attn_warps_fit) on the runtime-options kernel, which has
+// both and picks by shape: the same bits as the default variant for every shape that runs there.
 __device__ __forceinline__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem,
                                           const SmemLayout& L, bool prestaged, uint32_t epoch) {
 #if TILES_ATTN_WARPS && defined(TILES_DEFAULT_VARIANT)
