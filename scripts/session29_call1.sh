@@ -1,7 +1,8 @@
 #!/bin/bash
-# Prepared in session 27, NOT run yet (result: -). v67 (docs/patches/v67-stage-pace.patch): v48's warp-by-warp pace
-# of the staging burst, for QKV, GATEUP and DOWN tiles too (TILES_PACE_{QKV,GATEUP,DOWN}_CYCLES, kernel parameters,
-# default 0). At ctx 32 GATEUP's hand-off is 2.15 us against O's 0.56 since O is paced (perf log, session 27, call 4).
+# Prepared in session 27 as session28_call1.sh, NOT run yet (session 28 had no device; result: -). v67
+# (docs/patches/v67-stage-pace.patch): v48's warp-by-warp pace of the staging burst, for QKV, GATEUP and DOWN tiles
+# too (TILES_PACE_{QKV,GATEUP,DOWN}_CYCLES, kernel parameters, default 0). At ctx 32 GATEUP's hand-off is 2.15 us
+# against O's 0.56 since O is paced (perf log, session 27, call 4).
 # Prediction: GATEUP 200 cycles -0.5 to -1.5 us per layer (-1 to -2% at ctx 32), nothing at 4064 beyond that.
 # One call: main and the patch built and kept; the pace test on the patch (bit-identical, refusals); then two rounds
 # over main and the patch at each pace (one build, env per run), Llama-1B ctx 32 / 4064.
