@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in session 28 (no device), NOT run yet (result: -). Two patches that keep the bits, against main in one
+# Session 28, call 2 (result: -). Two patches that keep the bits, against main in one
 # process (~490 s; session 27's call 1 did the same for three builds in 572 s):
 # - v66f (docs/patches/v66f-flags-combine-outline.patch): session 27's v66 combine in the flag variant too, out of line
 #   there (inlined it spilled 20-24 B). Only SmolLM2 runs it; Llama-1B's counter variant keeps main's SASS.
