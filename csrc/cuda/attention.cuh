@@ -89,19 +89,23 @@ __device__ __forceinline__ int attn_tc_oidx(int w, int g, int d, int G) {
   return ((w * 8 + (d >> 3)) * 4 * G + 4 * g + ((d & 7) >> 1)) * 2 + (d & 1);
 }
 #endif
-__device__ __forceinline__ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int wused,
-                                                   float* of, float* ml) {
+#ifdef TILES_FLAGS
+__device__ __noinline__
+#else
+__device__ __forceinline__
+#endif
+void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int wused, float* of, float* ml) {
   for (int i = threadIdx.x; i < G * hd; i += kThreads) {
 #if TILES_ATTN_TC
     const int g = i >> 6;  // v63c: the warp paths' head_dim is 64 (attn_warps_fit): no runtime division
 #else
     const int g = i / hd;
 #endif
-#ifndef TILES_FLAGS
     // v66: every warp's state loaded at once, unconditionally (the slots of all kWarps warps exist; those past wused
     // are not used), so that the 32 loads and 16 expf overlap instead of one dependent LDS -> expf -> FMA chain per
     // warp (3.05K of ~10K cycles per ATTN tile at 4064; -1.0% per token there, session 27). The same terms in the same
-    // warp order: the same bits. Not in the flag variant, whose tile loop it made spill (24 / 16 bytes).
+    // warp order: the same bits. The flag variant calls it out of line (v66f): inlined, it made its tile loop spill
+    // (24 / 16 bytes).
     float2 s[kWarps];
     float o[kWarps];
 #pragma unroll
@@ -128,23 +132,6 @@ __device__ __forceinline__ void attn_combine_warps(const float* sc, const float*
       Ls = use ? fmaf(f, s[w].y, Ls) : Ls;
       O = use ? fmaf(f, o[w], O) : O;
     }
-#else
-    float M = -INFINITY;
-    for (int w = 0; w < wused; ++w) M = fmaxf(M, sc[(w * G + g) * 2]);
-    float Ls = 0.f, O = 0.f;
-    for (int w = 0; w < wused && M != -INFINITY; ++w) {
-      const float mw = sc[(w * G + g) * 2];
-      if (mw != -INFINITY) {
-        const float f = expf(mw - M);
-        Ls += f * sc[(w * G + g) * 2 + 1];
-#if TILES_ATTN_TC
-        O += f * opart[attn_tc_oidx(w, g, i - g * hd, G)];
-#else
-        O += f * opart[(w * G + g) * hd + (i - g * hd)];
-#endif
-      }
-    }
-#endif
     of[i] = O;
     if (i - g * hd == 0) {
       ml[g] = M;
