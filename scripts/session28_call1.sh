@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in session 27, run in session 28 (result: -). v67
+# Prepared in session 27, run in session 28 (result: every pace level or slower, +0.1 to +0.9%: v67 REJECTED). v67
 # (docs/patches/v67-stage-pace.patch): v48's warp-by-warp pace of the staging burst, for QKV, GATEUP and DOWN tiles
 # too (TILES_PACE_{QKV,GATEUP,DOWN}_CYCLES, kernel parameters, default 0). At ctx 32 GATEUP's hand-off is 2.15 us
 # against O's 0.56 since O is paced (perf log, session 27, call 4).

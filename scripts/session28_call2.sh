@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 28, call 2 (result: -). Two patches that keep the bits, against main in one
+# Session 28, call 2 (result: v66f KEPT, SmolLM2 -1.6% / -3.0%, commit 05f48c3; v68 REJECTED, Llama-1B +0.2 to
+# +0.6%; perf log). Two patches that keep the bits, against main in one
 # process (~490 s; session 27's call 1 did the same for three builds in 572 s):
 # - v66f (docs/patches/v66f-flags-combine-outline.patch): session 27's v66 combine in the flag variant too, out of line
 #   there (inlined it spilled 20-24 B). Only SmolLM2 runs it; Llama-1B's counter variant keeps main's SASS.
