@@ -124,8 +124,8 @@ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int 
     float Ls = 0.f, O = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      // Branch-free, so that the 16 expf overlap: a term is added where the flag variant's loop adds it (w < wused, m
-      // finite), as the FMA that its `Ls += f * l` contracts to; elsewhere f is computed and dropped.
+      // Branch-free, so that the 16 expf overlap: a term is added where the loop before v66 added it (w < wused, m
+      // finite), as the FMA that its `Ls += f * l` contracted to; elsewhere f is computed and dropped.
       const bool use = w < wused && s[w].x != -INFINITY;
       float f = expf(s[w].x - M);
       asm volatile("" : "+f"(f));  // computed unconditionally: otherwise it sinks into a branch per warp again
