@@ -21,6 +21,7 @@
 #   attn_prof TAG CTX DEFINES   tile_timing.py of Llama-1B at CTX, 8 steps, a timing build with DEFINES; prints the
 #                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
 #   sanitize_runs "OPT CACHE POS HANDOFF" ...  scripts/sanitize.sh (memcheck, racecheck) once per run, logs in $OUT
+#   kernel_check_quick          main's build, then kernel_check.py --quick (every option set bit-identical, parity)
 #   ncu_src TAG CTX [SECTION ...]  ncu (default section SourceCounters: stalls, wavefronts per SASS row) of one decode
 #                               launch of the current build at CTX, the 4th (ncu_attn.py): $OUT/ncu-TAG-CTX-sass.csv
 #                               (for scripts/ncu_lines.py) and -details.csv
@@ -79,6 +80,11 @@ attn_prof() {  # attn_prof TAG CTX DEFINES
     --model llama-3.2-1b --ctx "$2" --steps 8 --opts 25183 --json "${OUT:-/tmp}/tt-$1.json" > "/tmp/tt-$1.out" 2>&1
   grep "ATTNPROF" "/tmp/tt-$1.out" | tail -12
   cp "/tmp/tt-$1.out" "${OUT:-/tmp}/"
+}
+kernel_check_quick() {
+  build main
+  timeout 160 python3 scripts/kernel_check.py --quick --no-baseline 2>&1 | grep -v Warning | tail -25
+  echo "kernel_check t=$(( $(date +%s) - AB_T0 ))"
 }
 sanitize_runs() {  # sanitize_runs "OPT CACHE POS HANDOFF" ...
   local run

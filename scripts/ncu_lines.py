@@ -20,6 +20,7 @@ from collections import defaultdict
 
 
 KERNEL = "decode_kernelILb0ELb0ELb0ELb0E"  # the default variant's kernel symbol (the one the op launches)
+SOURCE = "decode_kernel.cu"  # the default file of line ranges (its parts: attention.cuh, matvec.cuh, ...)
 
 
 def opcode(text):
@@ -83,7 +84,7 @@ def top_stalls(d, k=4):
     return ", ".join(f"{n[6:]} {d[n] / max(d['samples'], 1):.0%}" for n in names)
 
 
-def region(agg, lo, hi, fname="decode_kernel.cu"):
+def region(agg, lo, hi, fname=SOURCE):
     out = defaultdict(float)
     for (f, ln), d in agg.items():
         if f == fname and lo <= ln <= hi:
@@ -92,7 +93,7 @@ def region(agg, lo, hi, fname="decode_kernel.cu"):
     return out
 
 
-def lds_rows(col, body, sass, lo, hi, fname="decode_kernel.cu"):
+def lds_rows(col, body, sass, lo, hi, fname=SOURCE):
     """(offset, line, instruction, executions, wavefronts per execution, ideal, samples) of the LDS / SHFL rows."""
     out = []
     for off, r in body:
@@ -132,7 +133,7 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--regions", default="")
     ap.add_argument("--lds", default="")
-    ap.add_argument("--file", default="decode_kernel.cu")
+    ap.add_argument("--file", default=SOURCE)
     ap.add_argument("--function", default=KERNEL)
     ap.add_argument("--base", nargs=2, metavar=("BASE_CSV", "BASE_TXT"))
     a = ap.parse_args()

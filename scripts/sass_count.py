@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_lines import KERNEL, opcode, parse_sass  # noqa: E402
+from ncu_lines import KERNEL, SOURCE, opcode, parse_sass  # noqa: E402
 
 
-def count(sass, ranges, fname="decode_kernel.cu"):
+def count(sass, ranges, fname=SOURCE):
     """Counter of opcodes over the instructions of `sass` (parse_sass) whose line lies in one of `ranges`."""
     return Counter(opcode(text) for text, f, ln in sass.values()
                    if f == fname and any(lo <= ln <= hi for lo, hi in ranges))
@@ -27,7 +27,7 @@ def main():
     ap.add_argument("listing")
     ap.add_argument("ranges")
     ap.add_argument("--function", default=KERNEL)
-    ap.add_argument("--file", default="decode_kernel.cu")
+    ap.add_argument("--file", default=SOURCE)
     a = ap.parse_args()
     ranges = [tuple(map(int, r.split("-"))) for r in a.ranges.split(",")]
     with open(a.listing) as f:

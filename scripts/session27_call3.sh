@@ -7,9 +7,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call3.log") 2>&1
 source scripts/ab_common.sh
-build main
-timeout 160 python3 scripts/kernel_check.py --quick --no-baseline 2>&1 | grep -v Warning | tail -25
-echo "kernel_check t=$(( $(date +%s) - AB_T0 ))"
+kernel_check_quick
 sanitize_runs "25183 64 40 counters" "25183 1024 700 counters" "127 1024 700 counters"
 attn_prof p4k 4064 "-DTILES_ATTN_PROFILE"
 [ $(( $(date +%s) - AB_T0 )) -lt 480 ] && attn_prof p16k 16000 "-DTILES_ATTN_PROFILE"

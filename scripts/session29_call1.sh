@@ -7,8 +7,6 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call1.log") 2>&1
 source scripts/ab_common.sh
-build main
-timeout 160 python3 scripts/kernel_check.py --quick --no-baseline 2>&1 | grep -v Warning | tail -25
-echo "kernel_check t=$(( $(date +%s) - AB_T0 ))"
+kernel_check_quick
 sanitize_runs "25183 64 40 flags" "25183 1024 700 flags"
 echo "total t=$(( $(date +%s) - AB_T0 ))"
