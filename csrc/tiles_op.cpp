@@ -1,4 +1,4 @@
-// The tiles::decode_step schema (one definition for every backend) and the Python module stub of tiles_ext._C.
+// The op schemas (one definition for every backend) and the Python module stub of tiles_ext._C.
 // Backends register their kernels separately: csrc/cpu (reference executor), csrc/cuda (persistent kernel),
 // tiles_ext/ops.py (fake kernel for torch.compile).
 #include <Python.h>
@@ -13,6 +13,8 @@ TORCH_LIBRARY(tiles, m) {
       "decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, Tensor(b!)[] v_cache, "
       "Tensor(c!) scratch, Tensor(d!) state, Tensor input_ids, Tensor position, Tensor rope_inv_freq, "
       "float rope_scale, int num_steps, int[] eos_ids, int order_seed=0) -> (Tensor logits, Tensor tokens)");
+  // The benchmark's read pass (tiles_ext/bench/bandwidth.py, csrc/read_checksum.h): the sum of x's 32-bit words.
+  m.def("read_checksum(Tensor x) -> Tensor");
 }
 
 // `import tiles_ext._C` only needs a module object: the op registers through TORCH_LIBRARY when the shared

@@ -1,4 +1,4 @@
-"""Python face of torch.ops.tiles.decode_step: the fake (meta) kernel for torch.compile.
+"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, read_checksum).
 
 Callers go through tiles_ext.runtime.TileRuntime.step, which owns the plan tensor, scratch and state.
 
@@ -48,3 +48,9 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
     tokens = plan.new_empty((num_steps,), dtype=torch.int64)
     return logits, tokens
 
+
+
+@torch.library.register_fake("tiles::read_checksum")
+def _read_checksum_fake(x):
+    # The benchmark's read pass (tiles_ext/bench/bandwidth.py): one int64 scalar on x's device.
+    return x.new_empty((), dtype=torch.int64)

@@ -1,9 +1,11 @@
 """Measured read bandwidth: the denominator of every floor in the same run.
 
-A large read-only pass over a BF16 buffer (much larger than L2), timed with CUDA events. Several reducers are
+A large read-only pass over a BF16 buffer (much larger than L2), timed with CUDA events. Several readers are
 tried and the fastest median wins: the floor should be the fastest read this GPU is seen to do, not the slowest.
-Plain PyTorch reductions reach ~4.2 TB/s on an H200, bulk async copies ~4.57 (reference/h200-decode.md), so the
-floor here is, if anything, lenient.
+On CUDA the readers include tiles::read_checksum, a sweep with the decode kernel's own load pattern (16-byte loads,
+8 per lane in flight, one block per SM: csrc/cuda/read_sweep.cu). On an H200 it reads ~4.5 TB/s, where PyTorch's
+reductions read ~4.1-4.2 and bulk async copies ~4.5-4.57 (perf log, session 29): without it the floor was ~10%
+lenient.
 """
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ import statistics
 import torch
 
 from .timing import DeviceTimer, sync
+
+# The method name of the decode kernel's load pattern (tiles::read_checksum; registered by `import tiles_ext`).
+SWEEP = "tiles read sweep (16-byte loads, 8 per lane in flight, a block per SM)"
 
 
 def measure_read_bandwidth(device: torch.device, gib: float | None = None, reps: int | None = None) -> dict:
@@ -26,6 +31,8 @@ def measure_read_bandwidth(device: torch.device, gib: float | None = None, reps:
         "torch.sum(bf16, fp32 accumulate)": lambda x=x: torch.sum(x, dtype=torch.float32),
         "torch.amax(bf16)": lambda x=x: torch.amax(x),
     }
+    if cuda:
+        readers[SWEEP] = lambda x=x: torch.ops.tiles.read_checksum(x)
     results = {}
     timer = DeviceTimer(device)
     for name, fn in readers.items():
