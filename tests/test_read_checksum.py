@@ -71,7 +71,7 @@ def test_cuda_sweep_errors_and_empty():
 
 
 @cuda_only
-def test_bandwidth_measurement_includes_the_sweep():
+def test_cuda_bandwidth_measurement_includes_the_sweep():
     from tiles_ext.bench.bandwidth import SWEEP, measure_read_bandwidth
     r = measure_read_bandwidth(torch.device("cuda"), gib=0.5, reps=3)
     assert SWEEP in r["readers"]
