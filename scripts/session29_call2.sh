@@ -1,8 +1,8 @@
 #!/bin/bash
-# Session 29, call 2 (result: see the perf log, session 29). The bounds of main on today's machine, for issue 8's
-# verdict: the read ceilings (stream_probe: TMA ring and plain loads; the benchmark's own read bandwidth), then
-# wait_bound.py '*<*' (every dependency wait inside a step moved to the previous step: timing only, wrong results):
-# what main would run if every hand-off were free. ~3 min.
+# Session 29, call 2 (result: perf log, session 29: no-wait bound 0.723 ms at ctx 32). The bounds of main on the
+# day's machine, for issue 8's verdict: the read ceilings (stream_probe: TMA ring and plain loads; the benchmark's
+# own read bandwidth), then wait_bound.py '*<*' (every dependency wait inside a step moved to the previous step:
+# timing only, wrong results): what main would run if every hand-off were free. ~3 min.
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call2.log") 2>&1
 source scripts/ab_common.sh
