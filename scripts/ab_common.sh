@@ -22,6 +22,7 @@
 #                               last 12 ATTNPROF lines (TILES_ATTN_PROFILE), keeps its JSON and output in $OUT
 #   sanitize_runs "OPT CACHE POS HANDOFF" ...  scripts/sanitize.sh (memcheck, racecheck) once per run, logs in $OUT
 #   kernel_check_quick          main's build, then kernel_check.py --quick (every option set bit-identical, parity)
+#   run_probe NAME [TIMEOUT]    scripts/NAME.cu compiled standalone for sm_90a and run (default 120 s)
 #   ncu_src TAG CTX [SECTION ...]  ncu (default section SourceCounters: stalls, wavefronts per SASS row) of one decode
 #                               launch of the current build at CTX, the 4th (ncu_attn.py): $OUT/ncu-TAG-CTX-sass.csv
 #                               (for scripts/ncu_lines.py) and -details.csv
@@ -85,6 +86,10 @@ kernel_check_quick() {
   build main
   timeout 160 python3 scripts/kernel_check.py --quick --no-baseline 2>&1 | grep -v Warning | tail -25
   echo "kernel_check t=$(( $(date +%s) - AB_T0 ))"
+}
+run_probe() {  # run_probe NAME [TIMEOUT]
+  nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a "scripts/$1.cu" -o "/tmp/$1" && timeout "${2:-120}" "/tmp/$1"
+  echo "probe $1 t=$(( $(date +%s) - AB_T0 ))"
 }
 sanitize_runs() {  # sanitize_runs "OPT CACHE POS HANDOFF" ...
   local run

@@ -8,9 +8,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call1.log") 2>&1
 source scripts/ab_common.sh
-nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a scripts/notify_probe.cu -o /tmp/notify_probe \
-  && timeout 120 /tmp/notify_probe
-echo "probe t=$(( $(date +%s) - AB_T0 ))"
+run_probe notify_probe 120
 build tree
 timeout 240 python3 scripts/wait_bound.py --rounds 3 --handoff auto \
   --variants "o_rows=16;o_rows=32;attn_partitions=1;o_rows=16@attn_partitions=1" \

@@ -6,9 +6,7 @@
 cd "$(dirname "$0")/.." || exit 1
 exec > >(tee "${OUT:-/tmp}/call2.log") 2>&1
 source scripts/ab_common.sh
-nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a scripts/stream_probe.cu -o /tmp/stream_probe \
-  && timeout 90 /tmp/stream_probe
-echo "probe t=$(( $(date +%s) - AB_T0 ))"
+run_probe stream_probe 90
 build tree
 timeout 60 python3 -c "
 import torch; from tiles_ext.bench.bandwidth import measure_read_bandwidth as m

@@ -10,13 +10,7 @@ __device__ __forceinline__ float bf2f(uint16_t b) { return __uint_as_float(stati
 __device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 __device__ __forceinline__ float round_bf(float f) { return bf2f(f2bf(f)); }
 
-__device__ __forceinline__ uint4 ld_weight(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+#include "cuda/ld_weight.cuh"
 
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   uint32_t v;

@@ -15,13 +15,7 @@ namespace {
 constexpr int kSweepThreads = 512;
 constexpr int kSweepInFlight = 8;
 
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+#include "cuda/ld_weight.cuh"
 
 __global__ void __launch_bounds__(kSweepThreads, 1)
     read_sweep_kernel(const uint4* data, int64_t n16, unsigned long long* sum) {
@@ -34,7 +28,7 @@ __global__ void __launch_bounds__(kSweepThreads, 1)
 #pragma unroll
     for (int u = 0; u < kSweepInFlight; ++u) {
       const int64_t j = i + int64_t(u) * kSweepThreads;
-      v[u] = j < end ? ld_stream(data + j) : make_uint4(0u, 0u, 0u, 0u);
+      v[u] = j < end ? ld_weight(reinterpret_cast<const uint16_t*>(data + j)) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int u = 0; u < kSweepInFlight; ++u)
