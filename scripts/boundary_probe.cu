@@ -16,6 +16,11 @@
 // block (three waits per layer instead of four), ended by the split-K reduction the fused stage needs: 2048
 // red.add.u64 per block into one shared accumulator; the stage after it (the next QKV) reads 24 KB of input (the
 // int64 accumulator and the fp32 residual) instead of 8.
+// steal (session 29; the issue-8 verdict's reopening question): plain loads, each warp a 4 KB item at a time. A block
+// streams its own share of a stage except the last `pool` % of it; those tails of all blocks form one pool that any
+// warp done with its own share claims from (`claim` items per global atomic, the next claim issued before the current
+// one is streamed). A block releases the number of items it streamed; a wait polls for the stage's total. Do work
+// stealing at the stage ends take the stragglers out of the ~2 us per all-to-all wait?
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +56,8 @@ struct Cfg {
   int slot;        // ring: bytes per slot (0 = 32 KB)
   int noread;      // ring: 1 = the consumers only wait and hand the slot back (no shared-memory reads)
   int fused;       // 1 = GATEUP and DOWN as one stage ended by the int64 reduction (not the ring)
+  int pool;        // steal: % of each block's 4 KB items (per stage) that go to the shared pool
+  int claim;       // steal: pool items per claim
 };
 // Per block, clock64 cycles: [0] the ring's producer blocked on a free slot, [1] the poll at the boundaries,
 // [2] consumer warp 0 (of the ring: warp 1) waiting for a slot's bytes.
@@ -82,13 +89,96 @@ __device__ __forceinline__ void end_stage(uint32_t* cnt, int k, const Cfg& c, un
   release_add(stage_counter(cnt, c));
 }
 
+__device__ __forceinline__ void release_add_n(uint32_t* c, uint32_t n) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
+
+// One warp streams 4 KB item `item` of block `b`'s stage at byte offset `off` of its stream: 8 x 16 B per lane.
+__device__ __forceinline__ float stream_item(const uint8_t* w, size_t per_block, int b, size_t off, int item,
+                                             int lane) {
+  const uint4* p = reinterpret_cast<const uint4*>(w + size_t(b) * per_block + off + size_t(item) * 4096);
+  uint4 v[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) v[u] = ldnc(p + u * 32 + lane);
+  float a = 0.f;
+#pragma unroll
+  for (int u = 0; u < 8; ++u) a += __uint_as_float(v[u].x ^ v[u].y ^ v[u].z ^ v[u].w);
+  return a;
+}
+
+// The steal path (Cfg::pool, Cfg::claim): see the header. pool[k] is stage k's claim counter (zeroed per launch).
+__device__ void steal_path(const uint8_t* w, size_t per_block, const uint4* input, uint32_t* cnt, const Cfg& c,
+                           long long* stat, unsigned long long* tr, uint32_t* pool, float* acc_out) {
+  __shared__ uint32_t s_items;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nw = kThreads / 32;
+  const int G = gridDim.x;
+  float acc = 0.f;
+  size_t off = 0;
+  uint32_t want = 0;  // the items of every stage before this one (the wait's target)
+  for (int layer = 0, k = 0; layer < kLayers; ++layer) {
+    for (int s = 0; s < kStagesPerLayer; ++s, ++k) {
+      const int nb = kStageKB[s] / 4;           // a block's items in this stage
+      const int pb = nb * c.pool / 100;         // of them in the pool
+      const int sb = nb - pb;                   // streamed by the block itself
+      const uint32_t P = uint32_t(pb) * G;      // pool items of the stage
+      if (c.boundaries && k > 0) {
+        if (tid == 0) {
+          const long long t0 = clock64();
+          while (ld_acquire(cnt) < want) {
+          }
+          stat[1] += clock64() - t0;
+          tr[(size_t(kAllStages) + k) * G + blockIdx.x] = now_ns();
+        }
+        __syncthreads();
+        if (c.input) {
+          for (int i = tid; i < kInputBytes / 16; i += kThreads) {
+            const uint4 x = __ldcg(input + i);
+            acc += __uint_as_float(x.x ^ x.w);
+          }
+          __syncthreads();
+        }
+      }
+      if (tid == 0) s_items = 0u;
+      __syncthreads();
+      uint32_t mine = 0;
+      for (int it = warp; it < sb; it += nw, ++mine) acc += stream_item(w, per_block, blockIdx.x, off, it, lane);
+      // The pool: item j is block j % G's item sb + j / G, so the first claims take every block's tail evenly.
+      if (P > 0) {
+        uint32_t cur = 0, nxt = 0;
+        if (lane == 0) cur = atomicAdd(pool + k, uint32_t(c.claim));
+        cur = __shfl_sync(0xffffffffu, cur, 0);
+        while (cur < P) {
+          if (lane == 0) nxt = atomicAdd(pool + k, uint32_t(c.claim));  // in flight while `cur` streams
+          for (uint32_t j = cur; j < cur + uint32_t(c.claim) && j < P; ++j, ++mine)
+            acc += stream_item(w, per_block, int(j % G), off, sb + int(j / G), lane);
+          cur = __shfl_sync(0xffffffffu, nxt, 0);
+        }
+      }
+      if (lane == 0) atomicAdd(&s_items, mine);
+      off += size_t(kStageKB[s]) * 1024;
+      want += uint32_t(nb) * G;
+      __syncthreads();
+      if (tid == 0) {
+        tr[size_t(k) * G + blockIdx.x] = now_ns();
+        if (c.boundaries) release_add_n(cnt, s_items);
+      }
+    }
+  }
+  *acc_out = acc;
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     boundary_kernel(const uint8_t* w, size_t per_block, const uint4* input, uint32_t* cnt, Cfg c, float* sink,
-                    long long* stats, unsigned long long* tr, unsigned long long* red) {
+                    long long* stats, unsigned long long* tr, unsigned long long* red, uint32_t* pool) {
   long long* stat = stats + blockIdx.x * kStats;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const uint8_t* mine = w + blockIdx.x * per_block;
   float acc = 0.f;
+  if (c.path == 4) {
+    steal_path(w, per_block, input, cnt, c, stat, tr, pool, &acc);
+    if (acc == 1.2345f) sink[0] = acc;
+    return;
+  }
   if (c.path != 2) {
     size_t off = 0;  // bytes of this block's stream consumed so far
     bool staged = false, pre = false;
@@ -301,6 +391,8 @@ int main() {
   unsigned long long* red;
   CK(cudaMalloc(&red, kReduceOut * 8));
   CK(cudaMalloc(&cnt, 4 * (1 + sms)));
+  uint32_t* pool;  // the steal path's claim counters, one per stage
+  CK(cudaMalloc(&pool, 4 * kAllStages));
   long long* stats;
   CK(cudaMalloc(&stats, sizeof(long long) * kStats * sms));
   std::vector<long long> hs(size_t(kStats) * sms);
@@ -317,8 +409,13 @@ int main() {
                                  {2, 1, 6, 1}, {2, 1, 6, 1, 0, 1}, {0, 2, 0, 1}, {0, 1, 0, 1},
                                  // Session 18 (docs/design/fused-mlp.md): the fused MLP stage against the same
                                  // paths with four stages per layer (above and again after, for the drift).
-                                 {0, 1, 0, 1, 0, 0, 1}, {1, 1, 0, 1, 0, 0, 1}, {3, 1, 0, 1, 0, 0, 1}, {1, 1, 0, 1}};
-  const char* names[] = {"plain", "staged", "ring", "preload"};
+                                 {0, 1, 0, 1, 0, 0, 1}, {1, 1, 0, 1, 0, 0, 1}, {3, 1, 0, 1, 0, 0, 1}, {1, 1, 0, 1},
+                                 // Session 29: work stealing at the stage ends (pool %, claim), against plain.
+                                 {4, 0, 0, 1, 0, 0, 0, 0, 1}, {4, 1, 0, 1, 0, 0, 0, 0, 1}, {4, 0, 0, 1, 0, 0, 0, 25, 1},
+                                 {4, 1, 0, 1, 0, 0, 0, 12, 1}, {4, 1, 0, 1, 0, 0, 0, 25, 1},
+                                 {4, 1, 0, 1, 0, 0, 0, 25, 2}, {4, 1, 0, 1, 0, 0, 0, 25, 4},
+                                 {4, 1, 0, 1, 0, 0, 0, 50, 2}, {0, 1, 0, 1}};
+  const char* names[] = {"plain", "staged", "ring", "preload", "steal"};
   printf("path    boundaries slots input  us/layer-set   TB/s  | us per block, mean (max): producer blocked, poll, "
          "waiting for bytes   (%d blocks, %.2f GB, %d stages)\n", sms, bytes / 1e9, kLayers * kStagesPerLayer);
   int khz = 0;
@@ -327,11 +424,12 @@ int main() {
     const int smem = c.path == 2 ? c.slots * (c.slot ? c.slot : 32 * 1024) + c.slots * 16 : kStageBytes;
     float best;
     const auto reset = [&] {
-      const cudaError_t e = cudaMemset(cnt, 0, 4 * (1 + sms));
+      cudaError_t e = cudaMemset(cnt, 0, 4 * (1 + sms));
+      if (e == cudaSuccess) e = cudaMemset(pool, 0, 4 * kAllStages);
       return e != cudaSuccess ? e : cudaMemset(stats, 0, sizeof(long long) * kStats * sms);
     };
     const auto launch = [&] {
-      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats, &tr, &red};
+      void* args[] = {&w, (void*)&per_block, &input, &cnt, (void*)&c, &sink, &stats, &tr, &red, &pool};
       return cudaLaunchCooperativeKernel((void*)boundary_kernel, dim3(sms), dim3(kThreads), args, smem, 0);
     };
     if (best_ms(5, reset, launch, &best)) return 1;
@@ -346,6 +444,7 @@ int main() {
     printf("%-7s%s %10d %5d %5d %13.1f %6.3f  | %6.1f (%6.1f) %6.1f (%6.1f) %6.1f (%6.1f)\n", names[c.path],
            c.fused ? " fused" : "", c.boundaries,
            c.slots, c.input, best * 1e3, bytes / (best * 1e-3) / 1e12, mean[0], mx[0], mean[1], mx[1], mean[2], mx[2]);
+    if (c.path == 4) printf("        steal: pool %d%% of each block's items, %d per claim\n", c.pool, c.claim);
     if (c.boundaries == 1 && !c.fused && stragglers(ht, tr, sms) != 0) return 1;  // (its trace has 64 stages)
   }
   return 0;
