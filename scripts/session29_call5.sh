@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 29, call 5 (result: perf log, session 29). Issue 8's reopening question in a probe: does work stealing at
+# Session 29, call 5 (result: stealing REJECTED, +170 us with no waits; perf log, session 29). Issue 8's reopening question in a probe: does work stealing at
 # the stage ends (scripts/boundary_probe.cu, path "steal": each block's last pool % of a stage's 4 KB items shared by
 # all warps, claimed by a global atomic) take the stragglers out of the ~2 us per all-to-all wait? Prints every
 # path of the probe: plain with and without waits is the reference. ~1 min.
