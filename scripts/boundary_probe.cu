@@ -89,10 +89,6 @@ __device__ __forceinline__ void end_stage(uint32_t* cnt, int k, const Cfg& c, un
   release_add(stage_counter(cnt, c));
 }
 
-__device__ __forceinline__ void release_add_n(uint32_t* c, uint32_t n) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
-}
-
 // One warp streams 4 KB item `item` of block `b`'s stage at byte offset `off` of its stream: 8 x 16 B per lane.
 __device__ __forceinline__ float stream_item(const uint8_t* w, size_t per_block, int b, size_t off, int item,
                                              int lane) {
@@ -160,7 +156,7 @@ __device__ void steal_path(const uint8_t* w, size_t per_block, const uint4* inpu
       __syncthreads();
       if (tid == 0) {
         tr[size_t(k) * G + blockIdx.x] = now_ns();
-        if (c.boundaries) release_add_n(cnt, s_items);
+        if (c.boundaries) release_add(cnt, s_items);
       }
     }
   }

@@ -55,6 +55,9 @@ __device__ __forceinline__ uint4 ldnc(const void* p) {
 __device__ __forceinline__ void release_add(uint32_t* c) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
 }
+__device__ __forceinline__ void release_add(uint32_t* c, uint32_t n) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* c) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
