@@ -73,20 +73,34 @@ __device__ __forceinline__ uint32_t* stage_counter(uint32_t* cnt, const Cfg& c) 
   return c.boundaries == 1 ? cnt : cnt + 1 + blockIdx.x;
 }
 // One thread: the wait of stage k for stage k - 1 (all blocks' or the block's own), timed into the stats and trace.
+// `want`: the counter's value once stage k - 1 is done (0: one release per block and stage, as today's paths count).
 __device__ __forceinline__ void wait_stage(uint32_t* cnt, int k, const Cfg& c, long long* stat,
-                                           unsigned long long* tr) {
+                                           unsigned long long* tr, uint32_t want = 0u) {
   const long long t0 = clock64();
-  const uint32_t want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
+  if (want == 0u) want = static_cast<uint32_t>(k) * (c.boundaries == 1 ? gridDim.x : 1u);
   const uint32_t* ctr = stage_counter(cnt, c);
   while (ld_acquire(ctr) < want) {
   }
   stat[1] += clock64() - t0;
   tr[(size_t(kAllStages) + k) * gridDim.x + blockIdx.x] = now_ns();
 }
-// One thread: stage k done (traced), then its release.
-__device__ __forceinline__ void end_stage(uint32_t* cnt, int k, const Cfg& c, unsigned long long* tr) {
+// One thread: stage k done (traced), then its release (of n: the steal path counts items, the others blocks).
+__device__ __forceinline__ void end_stage(uint32_t* cnt, int k, const Cfg& c, unsigned long long* tr,
+                                          uint32_t n = 1u) {
   tr[size_t(k) * gridDim.x + blockIdx.x] = now_ns();
-  release_add(stage_counter(cnt, c));
+  if (n == 1u) {
+    release_add(stage_counter(cnt, c));  // the ring's release as measured before (an immediate operand)
+  } else {
+    release_add(stage_counter(cnt, c), n);
+  }
+}
+// The block's read of a stage's input vector after its wait (n16 16-byte words, ld.cg), folded into `acc`.
+__device__ __forceinline__ void read_input(const uint4* input, int n16, float& acc) {
+  for (int i = threadIdx.x; i < n16; i += kThreads) {
+    const uint4 x = __ldcg(input + i);
+    acc += __uint_as_float(x.x ^ x.w);
+  }
+  __syncthreads();
 }
 
 // One warp streams 4 KB item `item` of block `b`'s stage at byte offset `off` of its stream: 8 x 16 B per lane.
@@ -118,21 +132,9 @@ __device__ void steal_path(const uint8_t* w, size_t per_block, const uint4* inpu
       const int sb = nb - pb;                   // streamed by the block itself
       const uint32_t P = uint32_t(pb) * G;      // pool items of the stage
       if (c.boundaries && k > 0) {
-        if (tid == 0) {
-          const long long t0 = clock64();
-          while (ld_acquire(cnt) < want) {
-          }
-          stat[1] += clock64() - t0;
-          tr[(size_t(kAllStages) + k) * G + blockIdx.x] = now_ns();
-        }
+        if (tid == 0) wait_stage(cnt, k, c, stat, tr, want);
         __syncthreads();
-        if (c.input) {
-          for (int i = tid; i < kInputBytes / 16; i += kThreads) {
-            const uint4 x = __ldcg(input + i);
-            acc += __uint_as_float(x.x ^ x.w);
-          }
-          __syncthreads();
-        }
+        if (c.input) read_input(input, kInputBytes / 16, acc);
       }
       if (tid == 0) s_items = 0u;
       __syncthreads();
@@ -154,10 +156,7 @@ __device__ void steal_path(const uint8_t* w, size_t per_block, const uint4* inpu
       off += size_t(kStageKB[s]) * 1024;
       want += uint32_t(nb) * G;
       __syncthreads();
-      if (tid == 0) {
-        tr[size_t(k) * G + blockIdx.x] = now_ns();
-        if (c.boundaries) release_add(cnt, s_items);
-      }
+      if (tid == 0 && c.boundaries) end_stage(cnt, k, c, tr, s_items);
     }
   }
   *acc_out = acc;
@@ -188,14 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wait_stage(cnt, k, c, stat, tr);
           }
           __syncthreads();
-          if (c.input) {
-            const int n16 = (c.fused && s == 0 ? kFusedInputBytes : kInputBytes) / 16;
-            for (int i = tid; i < n16; i += kThreads) {
-              const uint4 x = __ldcg(input + i);
-              acc += __uint_as_float(x.x ^ x.w);
-            }
-            __syncthreads();
-          }
+          if (c.input) read_input(input, (c.fused && s == 0 ? kFusedInputBytes : kInputBytes) / 16, acc);
         }
         size_t from = 0;
         if (staged) {
