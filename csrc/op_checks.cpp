@@ -57,9 +57,8 @@ Header header_from_list(c10::IntArrayRef plan_header) {
   TORCH_CHECK(h.num_heads % h.num_kv_heads == 0, "tiles::decode_step: plan header num_heads ", h.num_heads,
               " is not a multiple of num_kv_heads ", h.num_kv_heads);
   TORCH_CHECK(h.head_dim % 2 == 0, "tiles::decode_step: plan header head_dim ", h.head_dim, " is odd");
-  TORCH_CHECK(h.num_weights == h.num_layers * kLayerSlots + kFinalSlots, "tiles::decode_step: plan header says ",
-              h.num_weights, " weights for ", h.num_layers, " layers, expected ",
-              h.num_layers * kLayerSlots + kFinalSlots);
+  TORCH_CHECK(h.num_weights == num_weights(h), "tiles::decode_step: plan header says ", h.num_weights,
+              " weights for ", h.num_layers, " layers with slot mask ", h.layer_slots, ", expected ", num_weights(h));
   TORCH_CHECK(h.counter_stride >= 1 && h.num_counters >= 1 &&
                   static_cast<int64_t>(h.state_words) >=
                       kStateHeaderWords + static_cast<int64_t>(h.num_counters) * h.counter_stride,
@@ -76,35 +75,19 @@ Header header_from_list(c10::IntArrayRef plan_header) {
 }
 
 void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* cols) {
-  const int64_t H = h.hidden, q = int64_t(h.num_heads) * h.head_dim, kv = int64_t(h.num_kv_heads) * h.head_dim;
-  const int64_t I = h.intermediate, V = h.vocab;
-  const int64_t layer_words = int64_t(h.num_layers) * kLayerSlots;
-  if (i < layer_words) {
-    switch (i % kLayerSlots) {
-      case kSlotInputNorm: *rows = H; *cols = 0; return;
-      case kSlotQ: *rows = q; *cols = H; return;
-      case kSlotK: *rows = kv; *cols = H; return;
-      case kSlotV: *rows = kv; *cols = H; return;
-      case kSlotO: *rows = H; *cols = q; return;
-      case kSlotPostNorm: *rows = H; *cols = 0; return;
-      case kSlotGate: *rows = I; *cols = H; return;
-      case kSlotUp: *rows = I; *cols = H; return;
-      case kSlotDown: *rows = H; *cols = I; return;
-    }
+  int32_t slot = -1, layer = -1;
+  if (!weight_entry(h, i, &slot, &layer)) {
+    *rows = *cols = -1;
+    return;
   }
-  switch (i - layer_words) {
-    case kFinalFinalNorm: *rows = H; *cols = 0; return;
-    case kFinalLmHead: *rows = V; *cols = H; return;
-    default: *rows = V; *cols = H; return;  // kFinalEmbed
-  }
+  slot_shape(h, slot, rows, cols);
 }
 
-static const char* weight_slot_name(const Header& h, int64_t i) {
-  static const char* layer_names[kLayerSlots] = {"input_norm", "q", "k", "v", "o", "post_norm", "gate", "up",
-                                                 "down"};
-  static const char* final_names[kFinalSlots] = {"final_norm", "lm_head", "embed"};
-  const int64_t layer_words = int64_t(h.num_layers) * kLayerSlots;
-  return i < layer_words ? layer_names[i % kLayerSlots] : final_names[i - layer_words];
+static std::string weight_name(const Header& h, int64_t i) {
+  int32_t slot = -1, layer = -1;
+  if (!weight_entry(h, i, &slot, &layer)) return c10::str("weights[", i, "]");
+  return c10::str("weights[", i, "] (", kSlotNames[slot], layer >= 0 ? c10::str(", layer ", layer) : std::string(),
+                  ")");
 }
 
 void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorList weights, at::TensorList k_cache,
@@ -116,15 +99,11 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
               shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
 
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == h.num_weights, "tiles::decode_step: weights has ",
-              weights.size(), " tensors, the plan expects ", h.num_weights, " (", h.num_layers, " layers x ",
-              kLayerSlots, " + ", kFinalSlots, "; use tiles_ext.runtime.model_weights)");
+              weights.size(), " tensors, the plan expects ", h.num_weights, " (", h.num_layers,
+              " layers and the model's final slots; use tiles_ext.runtime.model_weights)");
   for (size_t i = 0; i < weights.size(); ++i) {
     const at::Tensor& w = weights[i];
-    const auto name = [&h, i] {
-      return c10::str("weights[", i, "] (", weight_slot_name(h, i),
-                      i < size_t(h.num_layers) * kLayerSlots ? c10::str(", layer ", i / kLayerSlots) : std::string(),
-                      ")");
-    };
+    const auto name = [&h, i] { return weight_name(h, int64_t(i)); };
     check_tensor(w, name, at::kBFloat16, device);
     int64_t rows, cols;
     expected_weight_shape(h, i, &rows, &cols);

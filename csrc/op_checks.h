@@ -24,7 +24,7 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
                             int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device);
 
 // Expected [rows, cols] of weight i (cols 0 = a vector of `rows` elements), derived from the header dims.
-// Same rule as planner/plan.py expected_weight_shapes.
+// From the generated weight_entry / slot_shape (planner/format.py); -1 for an index outside the list.
 void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* cols);
 
 // Max cache length (dim 2 of every k/v cache tensor); valid after check_decode_step_args.

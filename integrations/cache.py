@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import StaticCache, StaticLayer
 
-from .errors import CacheFullError
+from tiles_ext.integrations.errors import CacheFullError
 
 
 def cache_type_problem(cache, num_layers: int) -> str | None:

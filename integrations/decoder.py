@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ..planner.plan import Plan
-from ..runtime import TileRuntime, model_weights, rope_tables
-from . import cache as kv
+from tiles_ext.planner.plan import Plan
+from tiles_ext.runtime import TileRuntime, rope_tables
+from tiles_ext.integrations import cache as kv
 
 
 def _static(t: torch.Tensor) -> torch.Tensor:
@@ -16,11 +16,12 @@ def _static(t: torch.Tensor) -> torch.Tensor:
 
 
 class TileDecoder:
-    def __init__(self, model, plan: Plan, device: torch.device):
+    def __init__(self, model, plan: Plan, device: torch.device, weights):
+        """weights: the op's weights list (the model's own tensors, tiles_ext.runtime.model_weights)."""
         self.plan = plan
         self.device = device
         self.runtime = TileRuntime(plan, device)
-        self.weights = [_static(w) for w in model_weights(model)]
+        self.weights = [_static(w) for w in weights]
         inv_freq, self.rope_scale = rope_tables(model)
         self.inv_freq = _static(inv_freq.to(device))
         for t in (self.runtime.plan_tensor, self.runtime.scratch, self.runtime.state):

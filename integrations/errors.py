@@ -3,7 +3,7 @@ import warnings
 
 # The tile op reports errors in its state words (a CUDA launch cannot raise synchronously); one exception type
 # for them, whoever reads the words.
-from ..errors import TileKernelError as TileOpError  # noqa: F401
+from tiles_ext.errors import TileKernelError as TileOpError  # noqa: F401
 
 
 class UnsupportedModelError(ValueError):

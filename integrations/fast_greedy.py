@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
-from ..planner import format as fmt
-from . import cache as kv
+from tiles_ext.planner import format as fmt
+from tiles_ext.integrations import cache as kv
 
 
 class FastGreedy:

@@ -18,7 +18,7 @@ import inspect
 import torch
 from transformers.generation.configuration_utils import GenerationMode
 
-from .fast_greedy import FastGreedy
+from tiles_ext.integrations.fast_greedy import FastGreedy
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 

@@ -6,13 +6,12 @@ untouched. unpatch removes exactly what patch added.
 """
 from __future__ import annotations
 
-from . import llama
-from .decoder import TileDecoder
-from .generate import make_generate
-from .planning import plan_for
-from .registry import patcher_for
-from .state import PatchState
-from .version import cache_field, check_transformers_version
+from tiles_ext.integrations import causal_lm
+from tiles_ext.integrations.decoder import TileDecoder
+from tiles_ext.integrations.generate import make_generate
+from tiles_ext.integrations.planning import plan_for
+from tiles_ext.integrations.state import PatchState
+from tiles_ext.integrations.version import cache_field, check_transformers_version
 
 STATE_ATTR = "_tiles"
 
@@ -22,25 +21,24 @@ def is_patched(model) -> bool:
 
 
 def patch(model, *, multi_token: bool | None = None, workers: int | None = None, plan_cache_dir=None):
-    """Run every decode step of `model` (a bf16 Llama-family causal LM on one CPU or CUDA device) through
+    """Run every decode step of `model` (a bf16 causal LM of a served family, on one CPU or CUDA device) through
     torch.ops.tiles.decode_step; prefill stays in PyTorch. Returns the same model object.
 
     multi_token: greedy generate() runs up to 64 tokens per launch (default: on for CUDA, off for CPU).
     workers: plan workers (default: the GPU's SM count; 8 on CPU). plan_cache_dir: where plans are cached
-    (default $TILES_PLAN_CACHE or ~/.cache/tiles_ext/plans; False: plan in memory only).
-    Raises UnsupportedModelError / planner.UnsupportedConfig / TransformersVersionError naming the problem.
+    (default $TILES_CACHE/plans, i.e. ~/.cache/tiles_ext/plans; False: plan in memory only).
+    Raises UnsupportedModelError / planner.UnsupportedConfig / TransformersVersionError naming the problem; a
+    refused model is left untouched.
     """
     check_transformers_version()
     if is_patched(model):
         return model
-    return patcher_for(model)(model, multi_token=multi_token, workers=workers, plan_cache_dir=plan_cache_dir)
-
-
-def patch_llama(model, *, multi_token=None, workers=None, plan_cache_dir=None):
-    device = llama.check_model(model)
+    family = causal_lm.family_of(model)
+    device = causal_lm.check_model(model)
     plan = plan_for(model.config, device, workers, plan_cache_dir)
-    llama.check_weights(model, plan)
-    state = PatchState(decoder=TileDecoder(model, plan, device), cache_field=cache_field(),
+    weights = family.weights(model, plan.shape)
+    causal_lm.check_weights(model, plan, weights)
+    state = PatchState(decoder=TileDecoder(model, plan, device, weights), cache_field=cache_field(),
                        multi_token=(device.type == "cuda") if multi_token is None else bool(multi_token))
     state.save_instance_attrs(model)
     state.original_forward = model.forward
@@ -48,7 +46,7 @@ def patch_llama(model, *, multi_token=None, workers=None, plan_cache_dir=None):
     # A compiled __call__ made before patching traced the old forward: drop it while patched (restored later).
     for name in ("_compiled_call", "_last_compile_config"):
         model.__dict__.pop(name, None)
-    model.forward = llama.make_forward(model, state)
+    model.forward = causal_lm.make_forward(model, state)
     model.generate = make_generate(model, state)
     model.__dict__[STATE_ATTR] = state
     return model

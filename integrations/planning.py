@@ -8,13 +8,13 @@ newer planner re-plans.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import torch
 
-from ..planner.plan import GpuTarget, Plan, build_plan
-from ..planner.shape import ModelShape
+from tiles_ext.planner.plan import GpuTarget, Plan, build_plan
+from tiles_ext.families import shape_of
+from tiles_ext.models import cache_dir
 
 log = logging.getLogger("tiles_ext.integrations")
 
@@ -28,11 +28,7 @@ def default_workers(device: torch.device) -> int:
 
 
 def plan_cache_dir() -> Path:
-    """$TILES_PLAN_CACHE, else <tiles cache>/plans (tiles cache: $TILES_CACHE or ~/.cache/tiles_ext)."""
-    env = os.environ.get("TILES_PLAN_CACHE")
-    if env:
-        return Path(env)
-    from ..models import cache_dir
+    """<tiles cache>/plans (tiles cache: $TILES_CACHE or ~/.cache/tiles_ext)."""
     return cache_dir() / "plans"
 
 
@@ -40,12 +36,12 @@ def plan_for(config, device, workers: int | None = None, cache_dir=None) -> Plan
     """The plan for `config` on `device`. cache_dir=False: build in memory, never touch the disk.
     Raises planner.UnsupportedConfig (naming the field) for a config the planner cannot serve."""
     device = torch.device(device)
-    shape = ModelShape.from_config(config)
+    shape = shape_of(config)
     gpu = GpuTarget.of_device(device)
     workers = int(workers or default_workers(device))
     if cache_dir is False:
         return build_plan(shape, workers, gpu=gpu)
-    from ..planner.planfile import load_or_build
+    from tiles_ext.planner.planfile import load_or_build
     directory = Path(cache_dir) if cache_dir is not None else plan_cache_dir()
     try:
         return load_or_build(shape, gpu, workers, directory)

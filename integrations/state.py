@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import warn_fallback
+from tiles_ext.integrations.errors import warn_fallback
 
 # Attributes generate() caches on the instance. Made while patched, they belong to the patched forward (a compiled
 # __call__ that traced it, a static-cache length the unpatched model never asked for): unpatch restores their

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .format import TILE
-from .order import step_order
+from tiles_ext.planner.format import TILE
+from tiles_ext.planner.order import step_order
 
 H200_BANDWIDTH = 4.57e12   # bytes/s: TMA bulk-copy read rate measured on H200 (shared/reference/h200-decode.md)
 HOP_US = 0.5               # one counter hand-off between SMs

@@ -6,7 +6,12 @@ header is exactly what this file renders. Nothing else may hard-code a field pos
 
 Blob layout (all int32 words):
     [Header][buffers: num_buffers x Buffer][tiles: num_tiles x Tile][waits: num_waits x Wait]
-    [worker_offsets: num_workers + 1][worker_tiles: num_tiles][weight_shapes: num_weights x 2]
+    [worker_offsets: num_workers + 1][worker_tiles: num_tiles][weights: num_weights x Weight]
+
+The weight table says, for each entry of the op's `weights` list, which slot of which layer it is (SLOTS) and its
+shape: every executor checks the tensors and every tile's reads against it, and derives no shape itself. A model
+family (tiles_ext/families) picks its slots and their order; Llama's are input_norm, q, k, v, o, post_norm, gate,
+up, down per layer, then final_norm, lm_head, embed.
 
 Semantics every executor (C++ reference, CUDA kernel) must follow
 -----------------------------------------------------------------
@@ -20,9 +25,12 @@ semantics (after all its writes). A worker runs its tiles in worker_tiles order,
 Ops (buffers named by id into the buffer table; "row r" means output row r of the tile's weight):
   EMBED    x[out_buf][:] = float(weight[token]) where token = input_ids[0] at step 0, else tokens[s-1].
   QKV      h = rmsnorm(in_buf fp32, norm weight, eps) as bf16 (HF order: bf16(x*rsqrt(mean(x^2)+eps)) * w);
-           out_buf[out_offset + r - row_begin] = bf16(sum_k weight[r,k] * h[k]), fp32 accumulation.
+           out_buf[out_offset + r - row_begin] = bf16(sum_k weight[r,k] * h[k] + bias[r]), fp32 accumulation and
+           add, where bias = weight2 (the q/k/v bias vector of the tile's rows) or 0 when weight2 = -1.
   ATTN     aux0 = kv head, aux1 = partition p. Positions [lo, hi) = attn_partition_range(n, p, ...) with n = pos+1.
            in_buf = Q (bf16, un-rotated), in2_buf = K_new (bf16, un-rotated), in3_buf = V_new (bf16).
+           norm = the per-head RMSNorm weight of q ([head_dim]) or -1, weight2 = that of k or -1: each q head and
+           the new k head are first normalised as bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w) (fp32 sums).
            If lo <= pos < hi the tile rotates K_new[head] (RoPE at pos, fp32 math, rounded to bf16) and writes
            it and V_new[head] into k_cache/v_cache[layer][0, head, pos, :] before using them.
            out_offset = 1 (partition 0 only) says the MERGE of (layer, aux0) is the next tile of this worker
@@ -53,7 +61,7 @@ import enum
 from dataclasses import dataclass
 
 MAGIC = 0x454C4954  # "TILE" little-endian
-FORMAT_VERSION = 3  # 2: header field attn_single; 3: MERGE-next marks (ATTN out_offset, MERGE aux1: perf log v44)
+FORMAT_VERSION = 4  # 4: the weight table (slot, layer, rows, cols) per weight; QKV bias and ATTN q/k-norm fields
 # Bumped whenever an executor's behaviour for the same blob changes (kernel ABI).
 ABI_VERSION = 1
 
@@ -124,20 +132,78 @@ class ErrorCode(enum.IntEnum):
     BAD_PLAN = 4         # the device plan does not match the header it was launched with
 
 
-# Per-layer weight slots; the op's `weights` list is these, layer by layer, then FINAL_SLOTS.
-LAYER_SLOTS = ("input_norm", "q", "k", "v", "o", "post_norm", "gate", "up", "down")
-FINAL_SLOTS = ("final_norm", "lm_head", "embed")
-SLOT = {name: i for i, name in enumerate(LAYER_SLOTS)}
+# What each error means, and the detail its words carry ({seen} / {wanted}: ERROR_SEEN / ERROR_WANTED as signed
+# int32, {seen_u} / {wanted_u} as uint32, {counter}: ERROR_COUNTER). The Python reader (tiles_ext.errors) and the
+# C++ op format errors from these alone, the C++ through the generated header.
+ERROR_TEXTS = {
+    ErrorCode.WAIT_TIMEOUT: "a dependency wait exceeded its bound (a plan or kernel bug, never a valid schedule)",
+    ErrorCode.CACHE_FULL: "position + step reached the KV cache's capacity",
+    ErrorCode.BAD_TOKEN: "a token id outside the vocabulary",
+    ErrorCode.BAD_PLAN: "the device plan does not match the header it was launched with",
+}
+ERROR_DETAILS = {
+    ErrorCode.WAIT_TIMEOUT: "counter {counter} was at {seen_u}, waited for {wanted_u}",
+    ErrorCode.CACHE_FULL: "position {seen} with max_cache_len {wanted}",
+    ErrorCode.BAD_TOKEN: "token {seen} with vocab {wanted}",
+    ErrorCode.BAD_PLAN: "device word {seen}, header says {wanted}",
+}
+# The detail of a WAIT_TIMEOUT whose ERROR_COUNTER is FLAG_WAIT_COUNTER (a poll of flagged input words).
+FLAG_WAIT_DETAIL = "a flagged input word carried epoch {seen_u}, waited for {wanted_u}"
+# The whole message. {where}: TILE_WHERE for a tile, else STEP_WAIT_WHERE (a WAIT_TIMEOUT) or NO_TILE_WHERE.
+ERROR_MESSAGE = ("tiles decode kernel error {name} ({meaning}) in worker {worker}, {where}, step {step}: {detail}. "
+                 "The state keeps the error and later launches on it do nothing: make a new runtime/state.")
+TILE_WHERE = "tile {tile} ({tile_name})"
+STEP_WAIT_WHERE = "the step-boundary wait for the previous step's token"
+NO_TILE_WHERE = "no tile (launch-time check)"
 
 
-def weight_index(layer: int, slot: str, num_layers: int) -> int:
-    if slot in SLOT:
-        return layer * len(LAYER_SLOTS) + SLOT[slot]
-    return num_layers * len(LAYER_SLOTS) + FINAL_SLOTS.index(slot)
+# Weight slots: every tensor a family can hand the op, with its shape as (rows, cols) ModelShape dimension names
+# (cols None: a vector of `rows` elements). Order fixed (the generated kSlot* values): new slots are appended.
+SLOT_SHAPES = {
+    "input_norm": ("hidden", None),
+    "q": ("q_dim", "hidden"),
+    "k": ("kv_dim", "hidden"),
+    "v": ("kv_dim", "hidden"),
+    "o": ("hidden", "q_dim"),
+    "post_norm": ("hidden", None),
+    "gate": ("intermediate", "hidden"),
+    "up": ("intermediate", "hidden"),
+    "down": ("hidden", "intermediate"),
+    "final_norm": ("hidden", None),
+    "lm_head": ("vocab", "hidden"),
+    "embed": ("vocab", "hidden"),
+    "q_bias": ("q_dim", None),
+    "k_bias": ("kv_dim", None),
+    "v_bias": ("kv_dim", None),
+    "q_norm": ("head_dim", None),
+    "k_norm": ("head_dim", None),
+}
+SLOTS = tuple(SLOT_SHAPES)
+SLOT = {name: i for i, name in enumerate(SLOTS)}
+# Slots that exist once per model (layer -1 in the weight table); every other slot exists once per layer.
+MODEL_SLOTS = ("final_norm", "lm_head", "embed")
+# The most slots one layer can have: bounds the CUDA kernel's by-value weight-pointer table.
+MAX_LAYER_SLOTS = len(SLOTS) - len(MODEL_SLOTS)
+# The op's weights list: for every layer, the slots of the header's layer_slots mask in SLOTS order; then the
+# MODEL_SLOTS in SLOTS order (planner/weights.py builds it, the generated weight_entry() reads it back in C++).
+# The C++ expression of each shape dimension of SLOT_SHAPES, from a Header `h`.
+DIM_EXPRESSIONS = {
+    "hidden": "int64_t(h.hidden)",
+    "q_dim": "int64_t(h.num_heads) * h.head_dim",
+    "kv_dim": "int64_t(h.num_kv_heads) * h.head_dim",
+    "intermediate": "int64_t(h.intermediate)",
+    "vocab": "int64_t(h.vocab)",
+    "head_dim": "int64_t(h.head_dim)",
+}
+# Op names as plans, tools and error messages print them (tiles_ext.planner.plan.describe_tile).
+OP_NAMES = {Op.EMBED: "embed", Op.QKV: "qkv", Op.ATTN: "attn", Op.MERGE: "merge", Op.RESID: "resid",
+            Op.GATEUP: "gateup", Op.LMHEAD: "lmhead", Op.ARGMAX: "argmax"}
 
 
-def num_weights(num_layers: int) -> int:
-    return num_layers * len(LAYER_SLOTS) + len(FINAL_SLOTS)
+def slot_shape(slot: str, shape) -> tuple[int, int]:
+    """(rows, cols) of `slot` for a ModelShape; cols 0 = a vector."""
+    rows, cols = SLOT_SHAPES[slot]
+    return int(getattr(shape, rows)), 0 if cols is None else int(getattr(shape, cols))
 
 
 def attn_partition_range(n: int, p: int, partitions: int, granule: int, single: int = 0) -> tuple[int, int]:
@@ -184,12 +250,13 @@ HEADER_FIELDS = [
     ("waits_offset", "word offset of the wait table"),
     ("worker_offsets_offset", "word offset of worker_offsets[num_workers + 1]"),
     ("worker_tiles_offset", "word offset of worker_tiles[num_tiles]"),
-    ("weight_shapes_offset", "word offset of weight_shapes[num_weights][2] (rows, cols; cols 0 = vector)"),
+    ("weights_offset", "word offset of the weight table (num_weights Weight records)"),
     ("total_words", "words in the blob"),
     ("sm_count", "SM count of the GPU the plan was made for (0 = any)"),
     ("cc_major", "compute capability major (0 = any)"),
     ("cc_minor", "compute capability minor"),
     ("config_hash", "low 31 bits of the model-config hash"),
+    ("layer_slots", "bitmask of the per-layer slots (1 << SLOT) every layer has: the weights list's layout"),
 ]
 
 BUFFER_FIELDS = [
@@ -219,6 +286,13 @@ TILE_FIELDS = [
     ("weight_bytes", "weight bytes the tile streams (cost model, prefetch)"),
 ]
 
+WEIGHT_FIELDS = [
+    ("slot", "index into SLOTS (kSlot*)"),
+    ("layer", "decoder layer, -1 for a model slot"),
+    ("rows", "rows (or elements of a vector)"),
+    ("cols", "columns; 0 = a vector of `rows` elements"),
+]
+
 WAIT_FIELDS = [
     ("counter", "counter index"),
     ("count", "arrivals per step"),
@@ -243,7 +317,8 @@ HEADER = Layout("Header", HEADER_FIELDS)
 BUFFER = Layout("Buffer", BUFFER_FIELDS)
 TILE = Layout("Tile", TILE_FIELDS)
 WAIT = Layout("Wait", WAIT_FIELDS)
-LAYOUTS = (HEADER, BUFFER, TILE, WAIT)
+WEIGHT = Layout("Weight", WEIGHT_FIELDS)
+LAYOUTS = (HEADER, BUFFER, TILE, WAIT, WEIGHT)
 
 
 def float_bits(x: float) -> int:
@@ -256,16 +331,21 @@ def bits_float(b: int) -> float:
     return struct.unpack("<f", struct.pack("<i", b))[0]
 
 
-def render_header() -> str:
-    """The C++ view of this file. Output is committed as csrc/generated/plan_format.h."""
-    out = [
-        "// GENERATED by planner/format.py (python -m tiles_ext.planner.format). Do not edit.",
-        "// Plain C++ (no torch, no CUDA headers) so both the reference executor and the kernel include it.",
-        "#pragma once",
-        "#include <stdint.h>",
-        "",
-        "namespace tiles {",
-        "",
+def _camel(name: str) -> str:
+    return "".join(p.capitalize() for p in name.lower().split("_"))
+
+
+def _c_string(text: str) -> str:
+    import json
+    return json.dumps(text)  # the texts are ASCII: a JSON string is a valid C string literal
+
+
+def _c_table(ctype: str, name: str, values) -> list[str]:
+    return [f"constexpr {ctype} {name}[] = {{", *[f"    {v}," for v in values], "};"]
+
+
+def _render_constants() -> list[str]:
+    return [
         f"constexpr int32_t kMagic = 0x{MAGIC:08X};",
         f"constexpr int32_t kFormatVersion = {FORMAT_VERSION};",
         f"constexpr int32_t kAbiVersion = {ABI_VERSION};",
@@ -276,36 +356,110 @@ def render_header() -> str:
         f"constexpr int32_t kAttnChunkElems = {ATTN_CHUNK_ELEMS};",
         f"constexpr int32_t kAttnWarpsMaxGroup = {ATTN_WARPS_MAX_GROUP};",
         f"constexpr int32_t kAttnWarpsHeadDim = {ATTN_WARPS_HEAD_DIM};",
-        f"constexpr int32_t kLayerSlots = {len(LAYER_SLOTS)};",
-        f"constexpr int32_t kFinalSlots = {len(FINAL_SLOTS)};",
+        f"constexpr int32_t kNumSlots = {len(SLOTS)};",
+        f"constexpr int32_t kMaxLayerSlots = {MAX_LAYER_SLOTS};",
         f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",
         "",
     ]
+
+
+def _render_enums() -> list[str]:
+    out = []
     for enum_cls, prefix in ((Op, "kOp"), (DType, "kDType"), (StateWord, "kState"), (ErrorCode, "kError")):
         out.append(f"// {enum_cls.__name__}")
-        for m in enum_cls:
-            camel = "".join(p.capitalize() for p in m.name.split("_"))
-            out.append(f"constexpr int32_t {prefix}{camel} = {int(m)};")
+        out += [f"constexpr int32_t {prefix}{_camel(m.name)} = {int(m)};" for m in enum_cls]
         out.append("")
-    out.append("// Weight slots within a layer, then the final slots.")
-    for i, n in enumerate(LAYER_SLOTS):
-        out.append(f"constexpr int32_t kSlot{''.join(p.capitalize() for p in n.split('_'))} = {i};")
-    for i, n in enumerate(FINAL_SLOTS):
-        out.append(f"constexpr int32_t kFinal{''.join(p.capitalize() for p in n.split('_'))} = {i};")
+    out.append("// Weight slots (SLOTS): the `slot` of a Weight record.")
+    out += [f"constexpr int32_t kSlot{_camel(n)} = {i};" for i, n in enumerate(SLOTS)]
     out.append("")
+    return out
+
+
+def _render_names() -> list[str]:
+    """Names and message texts, for host code only (error messages, plan descriptions)."""
+    ops = max(int(m) for m in Op) + 1
+    codes = max(int(m) for m in ErrorCode) + 1
+    out = ["// Names and texts (host code): index by Op, slot or ErrorCode value; nullptr where none is defined."]
+    names = {int(op): name for op, name in OP_NAMES.items()}
+    out += _c_table("const char*", "kOpNames", [_c_string(names[i]) if i in names else "nullptr" for i in range(ops)])
+    out += [f"constexpr int32_t kNumOpNames = {ops};"]
+    out += _c_table("const char*", "kSlotNames", [_c_string(n) for n in SLOTS])
+    out += _c_table("const char*", "kErrorNames", [_c_string(ErrorCode(i).name) for i in range(codes)])
+    out += _c_table("const char*", "kErrorTexts", [_c_string(ERROR_TEXTS.get(ErrorCode(i), "")) for i in range(codes)])
+    out += _c_table("const char*", "kErrorDetails",
+                    [_c_string(ERROR_DETAILS.get(ErrorCode(i), "")) for i in range(codes)])
+    out += [f"constexpr int32_t kNumErrorCodes = {codes};",
+            f"constexpr const char* kFlagWaitDetail = {_c_string(FLAG_WAIT_DETAIL)};",
+            f"constexpr const char* kErrorMessage = {_c_string(ERROR_MESSAGE)};",
+            f"constexpr const char* kTileWhere = {_c_string(TILE_WHERE)};",
+            f"constexpr const char* kStepWaitWhere = {_c_string(STEP_WAIT_WHERE)};",
+            f"constexpr const char* kNoTileWhere = {_c_string(NO_TILE_WHERE)};", ""]
+    return out
+
+
+def _render_layouts() -> list[str]:
+    out = []
     for lay in LAYOUTS:
         out.append(f"struct {lay.name} {{")
-        for f, meaning in lay.fields:
-            out.append(f"  int32_t {f};  // {meaning}")
+        out += [f"  int32_t {f};  // {meaning}" for f, meaning in lay.fields]
         out.append("};")
         out.append(f"static_assert(sizeof({lay.name}) == {lay.words} * 4, \"{lay.name} layout\");")
         out.append(f"constexpr int32_t k{lay.name}Words = {lay.words};")
         out.append("")
-    out += [
+    return out
+
+
+def _render_weight_rules() -> list[str]:
+    """weight_entry / slot_shape / num_weights: the weights list's layout and shapes from the header alone."""
+    cases = []
+    for slot, (rows, cols) in SLOT_SHAPES.items():
+        c = "0" if cols is None else DIM_EXPRESSIONS[cols]
+        cases.append(f"    case kSlot{_camel(slot)}: *rows = {DIM_EXPRESSIONS[rows]}; *cols = {c}; return;")
+    model_mask = sum(1 << SLOT[s] for s in MODEL_SLOTS)
+    return [
+        f"constexpr int32_t kModelSlotMask = {model_mask};",
+        "// Slots per layer, model slots (planner/weights.py: WeightLayout).",
+        "inline int32_t popcount32(int32_t m) { int32_t n = 0; for (; m; m &= m - 1) ++n; return n; }",
+        "inline int64_t num_weights(const Header& h) {",
+        "  return int64_t(h.num_layers) * popcount32(h.layer_slots) + popcount32(kModelSlotMask);",
+        "}",
+        "// Slot and layer (-1: a model slot) of entry i of the weights list; false when i is out of range.",
+        "inline bool weight_entry(const Header& h, int64_t i, int32_t* slot, int32_t* layer) {",
+        "  const int64_t per = popcount32(h.layer_slots);",
+        "  int32_t mask = h.layer_slots;",
+        "  int64_t k = i;",
+        "  *layer = -1;",
+        "  if (i < 0) return false;",
+        "  if (i < int64_t(h.num_layers) * per) {",
+        "    *layer = int32_t(i / per);",
+        "    k = i % per;",
+        "  } else {",
+        "    mask = kModelSlotMask;",
+        "    k = i - int64_t(h.num_layers) * per;",
+        "  }",
+        "  for (int32_t s = 0; s < kNumSlots; ++s) {",
+        "    if (!((mask >> s) & 1)) continue;",
+        "    if (k-- == 0) { *slot = s; return true; }",
+        "  }",
+        "  return false;",
+        "}",
+        "// Rows and columns (0: a vector of `rows` elements) of a slot for this header's model.",
+        "inline void slot_shape(const Header& h, int32_t slot, int64_t* rows, int64_t* cols) {",
+        "  switch (slot) {",
+        *cases,
+        "    default: *rows = -1; *cols = -1; return;",
+        "  }",
+        "}",
+        "",
+    ]
+
+
+def _render_rules() -> list[str]:
+    """The shared rules of every executor: the attention partitions and the attention warp path's shapes."""
+    hd = "#if defined(__CUDACC__)\n__host__ __device__\n#endif"
+    return [
         "// Positions [lo, hi) of partition p when n positions are cached (planner/format.py: attn_partition_range).",
-        "#if defined(__CUDACC__)",
-        "__host__ __device__",
-        "#endif",
+        hd,
         "inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32_t granule, int32_t single,",
         "                                 int32_t* lo, int32_t* hi) {",
         "  int32_t per = (n + partitions - 1) / partitions;",
@@ -316,9 +470,30 @@ def render_header() -> str:
         "  *hi = l + per < n ? l + per : n;",
         "}",
         "",
-        "}  // namespace tiles",
+        "// Whether the CUDA kernel's attention warp path takes this shape (planner/format.py: attn_warps_fit).",
+        hd,
+        "constexpr bool attn_warps_fit(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {",
+        "  return num_kv_heads > 0 && num_heads % num_kv_heads == 0 &&",
+        "         num_heads / num_kv_heads <= kAttnWarpsMaxGroup && head_dim == kAttnWarpsHeadDim;",
+        "}",
         "",
     ]
+
+
+def render_header() -> str:
+    """The C++ view of this file. Output is committed as csrc/generated/plan_format.h."""
+    out = [
+        "// GENERATED by planner/format.py (python -m tiles_ext.planner.format). Do not edit.",
+        "// Plain C++ (no torch, no CUDA headers) so both the reference executor and the kernel include it.",
+        "#pragma once",
+        "#include <stdint.h>",
+        "",
+        "namespace tiles {",
+        "",
+    ]
+    out += _render_constants() + _render_enums() + _render_names() + _render_layouts() + _render_weight_rules()
+    out += _render_rules()
+    out += ["}  // namespace tiles", ""]
     return "\n".join(out)
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .format import ATTN_CHUNK_ELEMS, DType, Op, TILE, weight_index
-from .shape import ModelShape
+from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, DType, Op
+from tiles_ext.planner.shape import ModelShape
+from tiles_ext.planner.weights import WeightLayout
 
 
 @dataclass
@@ -59,10 +60,10 @@ class TileGraph:
 
 POLICIES = ("tiles", "waves")
 # A matvec tile whose rows fit in one staged batch per SM (64 KB in the counter kernel, 48 KB in the flag kernel)
-# pays its ~2 us of hand-off and input reads for almost no stream (session 19's busy table). Where the workers' cut
-# gives such tiles, the planner cuts fewer pieces of at least MIN_ROWS rows instead (perf log v50: SmolLM2 -3.2% at
-# ctx 32, -2.4% at 4064; a floor on Llama-1B's 254 KB down tiles, which idles 4 workers, cost +1.4%). 16 rows still
-# fit one batch of SmolLM2's flag kernel; 24 overflow it at gate/up and down and cost 12-17% (perf log, session 20).
+# pays its ~2 us of hand-off and input reads for almost no stream. Where the workers' cut gives such tiles, the
+# planner cuts fewer pieces of at least MIN_ROWS rows instead (measured: SmolLM2 -3.2% at context 32, -2.4% at 4064;
+# a floor on Llama-1B's 254 KB down tiles, which idles 4 workers, cost +1.4%). 16 rows still fit one batch of
+# SmolLM2's flag kernel; 24 overflow it at gate/up and down and cost 12-17%.
 MIN_ROWS = 16
 SMALL_TILE_BYTES = 64 * 1024
 
@@ -128,12 +129,11 @@ def _cut_segments_whole(segments, pieces: int):
 
 # Default attention partitions per KV head: enough to spread long contexts over the SMs, but no more than 16,
 # because every partition costs the MERGE tile a read and every token pays for them at short context. Measured on the
-# H200 (docs/perf-log.md v10): SmolLM2 (3 KV heads) with 16 instead of 132 // 3 = 44 partitions took 0.824 instead of
-# 0.975 ms/token at context 32 and 1.070 instead of 1.052 at 4064; Llama-3.2-1B with 8 instead of 16: -1% at 32,
-# +14% at 4064.
+# H200: SmolLM2 (3 KV heads) with 16 instead of 132 // 3 = 44 partitions took 0.824 instead of 0.975 ms/token at
+# context 32 and 1.070 instead of 1.052 at 4064; Llama-3.2-1B with 8 instead of 16: -1% at 32, +14% at 4064.
 MAX_DEFAULT_PARTITIONS = 16
 # Where more than the default partitions of every KV head fit on workers without a qkv tile of their layer, the
-# attention takes as many as fit, up to this (perf log v51: SmolLM2 24, measured against 16, 20, 32 and 44).
+# attention takes as many as fit, up to this (SmolLM2: 24, measured best against 16, 20, 32 and 44).
 MAX_OFF_QKV_PARTITIONS = 24
 
 
@@ -143,203 +143,262 @@ def default_partitions(workers: int, num_kv_heads: int) -> int:
 
 def default_single(head_dim: int) -> int:
     """Up to one attention chunk of the CUDA kernel (positions), partition 0 holds every position, so its MERGE
-    runs from the ATTN tile's shared memory (the kernel's kOptLocalMerge): one dependent hand-off less per layer."""
+    runs from the ATTN tile's shared memory (the kernel's local merge): one dependent hand-off less per layer."""
     return max(1, ATTN_CHUNK_ELEMS // head_dim)
+
+
+@dataclass(frozen=True)
+class CutRules:
+    """How build_graph cuts and places the stages. The defaults (build_plan's) are the measured best; tests and
+    tools switch single rules off to show what each does (docs/decisions.md, "plan and cut")."""
+    o_off_merge: bool = False       # o in W - num_kv_heads pieces, off the workers of the layer's MERGE tiles
+    attn0_off_qkv: bool = False     # qkv in W - num_kv_heads pieces; partition-0 ATTN tiles off the qkv workers
+    min_rows: int = MIN_ROWS        # small matvec tiles floored at this many rows (0: one piece per worker)
+    attn_off_qkv: bool | None = False  # every ATTN tile off the qkv workers; None: where they fit (below)
+    gateup_off_o: bool = False      # gate/up pieces off the layer's o workers where the others hold them all
 
 
 def build_graph(shape: ModelShape, workers: int, policy: str = "tiles", attn_partitions: int | None = None,
                 attn_granule: int = 32, context_hint: int = 512, attn_single: int | None = None,
-                o_off_merge: bool = False, attn0_off_qkv: bool = False, o_rows: int = 0,
-                min_rows: int = MIN_ROWS, attn_off_qkv: bool | None = False, gateup_off_o: bool = False) -> TileGraph:
-    """o_off_merge: the o projection is cut into workers - num_kv_heads pieces that avoid the workers running the
-    layer's MERGE tiles (the last to finish before o; their o tile would stage its rows only then).
-    attn0_off_qkv: the qkv projection is cut into workers - num_kv_heads pieces and each partition-0 ATTN tile runs
-    on a worker without a qkv tile of its layer, so that its K/V rows are staged while the qkv stage runs, not
-    after that worker's own qkv tile (at short context partition 0 is the whole attention).
-    o_rows > 0 (experiment, perf log session 19): the o projection in pieces of exactly o_rows rows instead; under
-    o_off_merge as many as there are other workers avoid the MERGE workers, the rest go to the least loaded.
-    min_rows: the qkv, o, gate/up and down cuts give pieces of at least min_rows rows where one piece per worker
-    would be a small tile (SMALL_TILE_BYTES); 0: one piece per worker always.
-    attn_off_qkv: every ATTN tile, not only partition 0, avoids the workers of its layer's qkv tiles, where enough
-    workers have none. None (build_plan's default, perf log v51): where attn0_off_qkv applies, attn_partitions is
-    not given and the workers without a qkv tile hold at least the default partitions of every KV head, the
-    attention takes as many partitions as they hold (at most MAX_OFF_QKV_PARTITIONS), all off the qkv workers
-    (SmolLM2: 72 such workers, 24 partitions of its 3 KV heads); elsewhere nothing changes (Llama-1B: 8 such
-    workers).
-    gateup_off_o (build_plan's default, perf log v52): the gate/up pieces avoid the workers of the layer's o tiles
-    where the other workers hold them all (SmolLM2: 36 o and 96 gate/up pieces), so that none stages its first
-    batch only after an o tile on its worker."""
+                rules: CutRules = CutRules()) -> TileGraph:
+    """The tile graph of one decode step of `shape` on `workers` workers.
+
+    rules.o_off_merge: the layer's MERGE tiles finish last before o, so an o tile on their worker would stage its
+    rows only then. rules.attn0_off_qkv: each partition-0 ATTN tile stages its K/V rows while the qkv stage runs,
+    not after its worker's own qkv tile (at short context partition 0 is the whole attention).
+    rules.attn_off_qkv None: where attn0_off_qkv applies, attn_partitions is not given and the workers without a
+    qkv tile hold at least the default partitions of every KV head, the attention takes as many partitions as they
+    hold (at most MAX_OFF_QKV_PARTITIONS), all off the qkv workers (SmolLM2: 72 such workers, 24 partitions of its 3
+    KV heads); elsewhere nothing changes (Llama-1B: 8 such workers).
+    rules.gateup_off_o: where the other workers hold all of a layer's gate/up pieces (SmolLM2: 36 o and 96 gate/up
+    pieces), none stages its first batch only after an o tile on its worker."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {POLICIES}")
     if workers < 1:
         raise ValueError("workers must be >= 1")
-    s = shape
-    L, H, hd, G = s.num_layers, s.hidden, s.head_dim, s.group
-    nq, nkv = s.num_heads * hd, s.num_kv_heads * hd
-    P = attn_partitions or default_partitions(workers, s.num_kv_heads)
-    # The qkv cut is the same in every layer; the attention's partitions depend on the workers it leaves free.
-    free_qkv = attn0_off_qkv and workers > 2 * s.num_kv_heads
-    qkv_pieces = floor_pieces(nq + 2 * nkv, workers - s.num_kv_heads if free_qkv else workers, H * 2, min_rows)
-    if attn_off_qkv is None:
-        off_p = min(MAX_OFF_QKV_PARTITIONS, (workers - qkv_pieces) // s.num_kv_heads)
-        attn_off_qkv = free_qkv and attn_partitions is None and off_p >= P
-        if attn_off_qkv:
-            P = off_p
-    if attn_single is None:
-        attn_single = default_single(hd)
-    if o_rows < 0 or min_rows < 0:
-        raise ValueError(f"o_rows {o_rows} and min_rows {min_rows} must be >= 0 (0: the planner's cut)")
-    if attn_single < 0 or attn_granule < 1:
+    if rules.min_rows < 0:
+        raise ValueError(f"min_rows {rules.min_rows} must be >= 0 (0: one piece per worker)")
+    if attn_granule < 1 or (attn_single is not None and attn_single < 0):
         raise ValueError(f"attn_single {attn_single} must be >= 0 and attn_granule {attn_granule} >= 1")
+    b = _Builder(shape, workers, policy, rules)
+    b.cut_attention(attn_partitions, attn_single)
+    b.make_buffers()
+    b.embed()
+    for layer in range(shape.num_layers):
+        qkv = b.qkv(layer)
+        first_part = b.attention(layer, qkv, attn_granule, context_hint)
+        merges = b.merge(layer, first_part)
+        o_tiles = b.o_proj(layer, merges)
+        b.gateup(layer, o_tiles)
+        b.down(layer)
+    b.lm_head()
+    b.argmax()
+    b.resolve_counts()
+    return TileGraph(shape=shape, workers=workers, policy=policy, buffers=b.buffers, counters=b.counters,
+                     stages=b.stages, tiles=b.tiles, attn_partitions=b.P, attn_granule=attn_granule,
+                     attn_single=b.attn_single, lm_tiles=b.lm_tiles, argmax_counter=b.cid["argmax"],
+                     context_hint=context_hint)
 
-    buffers: list[BufferSpec] = []
-    bid: dict[str, int] = {}
 
-    def buf(name, numel, dtype):
-        bid[name] = len(buffers)
-        buffers.append(BufferSpec(name, numel, dtype))
+class _Builder:
+    """build_graph's state: buffers, counters, stages and tiles, added stage by stage."""
 
-    for l in range(L + 1):
-        buf(f"x{l}", H, DType.F32)
-    for l in range(L):
-        buf(f"xm{l}", H, DType.F32)
-        buf(f"q{l}", nq, DType.BF16)
-        buf(f"knew{l}", nkv, DType.BF16)
-        buf(f"vnew{l}", nkv, DType.BF16)
-        buf(f"attn_part{l}", s.num_kv_heads * P * G * (hd + 2), DType.F32)
-        buf(f"attn_out{l}", nq, DType.BF16)
-        buf(f"act{l}", s.intermediate, DType.BF16)
-    lm_segments = cut_rows([("lm", s.vocab)], workers)
-    lm_tiles = len(lm_segments)
-    buf("lm_partial", 2 * lm_tiles, DType.F32)
+    def __init__(self, shape: ModelShape, workers: int, policy: str, rules: CutRules):
+        self.s, self.W, self.policy, self.rules = shape, workers, policy, rules
+        self.layout = WeightLayout(shape)
+        self.buffers: list[BufferSpec] = []
+        self.bid: dict[str, int] = {}
+        self.counters: list[str] = []
+        self.cid: dict[str, int] = {}
+        self.stages: list[str] = []
+        self.stage_counters: list[list[int]] = []   # counters signalled by each stage
+        self.tiles: list[TileSpec] = []
+        self.signals: dict[int, int] = {}           # counter -> arrivals per step
 
-    counters: list[str] = []
-    cid: dict[str, int] = {}
+    # --- plumbing ---------------------------------------------------------------------------------------------
+    def w(self, layer: int, slot: str) -> int:
+        return self.layout.index(layer, slot)
 
-    def counter(name):
-        cid[name] = len(counters)
-        counters.append(name)
-        return cid[name]
+    def buf(self, name: str, numel: int, dtype: DType) -> None:
+        self.bid[name] = len(self.buffers)
+        self.buffers.append(BufferSpec(name, numel, dtype))
 
-    stages: list[str] = []
-    stage_counters: list[list[int]] = []   # counters signalled by each stage
-    tiles: list[TileSpec] = []
-    signals: dict[int, int] = {}           # counter -> arrivals per step
+    def new_stage(self, name: str, counter_names) -> int:
+        self.stages.append(name)
+        ids = []
+        for c in counter_names:
+            self.cid[c] = len(self.counters)
+            self.counters.append(c)
+            ids.append(self.cid[c])
+        self.stage_counters.append(ids)
+        return len(self.stages) - 1
 
-    def W(layer, slot):
-        return weight_index(layer, slot, L)
+    def full(self, counter_name: str):
+        """Wait for every arrival at a counter in this step (count filled in once all tiles exist)."""
+        return (self.cid[counter_name], None, 0)
 
-    def new_stage(name, counter_names):
-        stages.append(name)
-        stage_counters.append([counter(c) for c in counter_names])
-        return len(stages) - 1
-
-    def add(op, stage, piece, signal, waits, with_tile=-1, not_with=(), **f):
+    def add(self, op, stage, piece, signal, waits, with_tile=-1, not_with=(), **f) -> int:
         base = {k: -1 for k, _ in TILE.fields}
         base.update(op=int(op), layer=-1, row_begin=0, row_end=0, out_offset=0, aux0=0, aux1=0,
                     wait_begin=0, wait_count=0, weight_bytes=0)
         base.update(f)
         base["signal"] = signal
-        signals[signal] = signals.get(signal, 0) + 1
-        if policy == "waves" and stage > 0:
-            prev = stage_counters[stage - 1]
+        self.signals[signal] = self.signals.get(signal, 0) + 1
+        if self.policy == "waves" and stage > 0:
+            prev = self.stage_counters[stage - 1]
             waits = [(c, None, 0) for c in prev] + [w for w in waits if w[2] != 0]
-        tiles.append(TileSpec(op, stage, piece, base, waits, with_tile, tuple(not_with)))
+        self.tiles.append(TileSpec(op, stage, piece, base, waits, with_tile, tuple(not_with)))
+        return len(self.tiles) - 1
 
-    def full(counter_name):
-        """Wait for every arrival at a counter in this step (count filled in once all tiles exist)."""
-        return (cid[counter_name], None, 0)
+    # --- the cut ----------------------------------------------------------------------------------------------
+    def cut_attention(self, attn_partitions, attn_single) -> None:
+        """The qkv cut (the same in every layer) and the attention's partitions, which depend on the workers the
+        qkv cut leaves free."""
+        s, W, r = self.s, self.W, self.rules
+        self.P = attn_partitions or default_partitions(W, s.num_kv_heads)
+        self.free_qkv = r.attn0_off_qkv and W > 2 * s.num_kv_heads
+        self.qkv_pieces = floor_pieces(s.q_dim + 2 * s.kv_dim, W - s.num_kv_heads if self.free_qkv else W,
+                                       s.hidden * 2, r.min_rows)
+        self.attn_off_qkv = r.attn_off_qkv
+        if self.attn_off_qkv is None:
+            off_p = min(MAX_OFF_QKV_PARTITIONS, (W - self.qkv_pieces) // s.num_kv_heads)
+            self.attn_off_qkv = self.free_qkv and attn_partitions is None and off_p >= self.P
+            if self.attn_off_qkv:
+                self.P = off_p
+        self.attn_single = default_single(s.head_dim) if attn_single is None else attn_single
 
-    # EMBED: waits for the previous step's token.
-    st = new_stage("embed", ["embed"])
-    add(Op.EMBED, st, 0, cid["embed"], [("argmax", None, -1)],
-        weight=W(0, "embed"), out_buf=bid["x0"], row_begin=0, row_end=1, weight_bytes=H * 2)
+    def make_buffers(self) -> None:
+        s, P = self.s, self.P
+        for l in range(s.num_layers + 1):
+            self.buf(f"x{l}", s.hidden, DType.F32)
+        for l in range(s.num_layers):
+            self.buf(f"xm{l}", s.hidden, DType.F32)
+            self.buf(f"q{l}", s.q_dim, DType.BF16)
+            self.buf(f"knew{l}", s.kv_dim, DType.BF16)
+            self.buf(f"vnew{l}", s.kv_dim, DType.BF16)
+            self.buf(f"attn_part{l}", s.num_kv_heads * P * s.group * (s.head_dim + 2), DType.F32)
+            self.buf(f"attn_out{l}", s.q_dim, DType.BF16)
+            self.buf(f"act{l}", s.intermediate, DType.BF16)
+        self.lm_segments = cut_rows([("lm", s.vocab)], self.W)
+        self.lm_tiles = len(self.lm_segments)
+        self.buf("lm_partial", 2 * self.lm_tiles, DType.F32)
 
-    for l in range(L):
+    # --- the stages -------------------------------------------------------------------------------------------
+    def embed(self) -> None:
+        """EMBED waits for the previous step's token."""
+        st = self.new_stage("embed", ["embed"])
+        self.add(Op.EMBED, st, 0, self.cid["embed"], [("argmax", None, -1)], weight=self.w(0, "embed"),
+                 out_buf=self.bid["x0"], row_begin=0, row_end=1, weight_bytes=self.s.hidden * 2)
+
+    def qkv(self, l: int) -> list[int]:
+        """Grouped by KV head, so that the attention of a group waits only on its own rows. Each tile adds its
+        rows' bias (weight2) where the shape has one."""
+        s = self.s
+        H, hd, G = s.hidden, s.head_dim, s.group
         x_in = "embed" if l == 0 else f"down{l - 1}"
-        # QKV, grouped by KV head so attention for a group waits only on its own rows.
-        st = new_stage(f"L{l}.qkv", [f"qkv{l}.{h}" for h in range(s.num_kv_heads)])
+        st = self.new_stage(f"L{l}.qkv", [f"qkv{l}.{h}" for h in range(s.num_kv_heads)])
         segs = []
         for h in range(s.num_kv_heads):
             segs += [(("q", h), G * hd), (("k", h), hd), (("v", h), hd)]
-        qkv_tiles = []
-        for piece, (which, h), r0, r1 in cut_rows(segs, qkv_pieces):
-            qkv_tiles.append(len(tiles))
+        tiles = []
+        for piece, (which, h), r0, r1 in cut_rows(segs, self.qkv_pieces):
             base_row = h * (G * hd if which == "q" else hd)
             out = {"q": f"q{l}", "k": f"knew{l}", "v": f"vnew{l}"}[which]
-            add(Op.QKV, st, piece, cid[f"qkv{l}.{h}"], [full(x_in)],
-                layer=l, weight=W(l, which), norm=W(l, "input_norm"), in_buf=bid[f"x{l}"],
-                row_begin=base_row + r0, row_end=base_row + r1, out_buf=bid[out], out_offset=base_row + r0,
-                weight_bytes=(r1 - r0) * H * 2)
-        # Attention: one tile per (KV head, partition).
-        st = new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
+            tiles.append(self.add(
+                Op.QKV, st, piece, self.cid[f"qkv{l}.{h}"], [self.full(x_in)],
+                layer=l, weight=self.w(l, which), weight2=self.w(l, f"{which}_bias"), norm=self.w(l, "input_norm"),
+                in_buf=self.bid[f"x{l}"], row_begin=base_row + r0, row_end=base_row + r1, out_buf=self.bid[out],
+                out_offset=base_row + r0, weight_bytes=(r1 - r0) * H * 2))
+        self.qkv_tiles = tiles
+        return tiles
+
+    def attention(self, l: int, qkv_tiles: list[int], granule: int, context_hint: int) -> dict[int, int]:
+        """One tile per (KV head, partition); q and k get their per-head norms (norm, weight2) where the shape has
+        them. Returns each KV head's partition-0 tile."""
+        s, P = self.s, self.P
+        hd = s.head_dim
+        st = self.new_stage(f"L{l}.attn", [f"attn{l}.{h}" for h in range(s.num_kv_heads)])
         per = -(-context_hint // P)
         first_part = {}
-        all_off = attn_off_qkv and workers - qkv_pieces >= s.num_kv_heads * P
+        all_off = self.attn_off_qkv and self.W - self.qkv_pieces >= s.num_kv_heads * P
         for h in range(s.num_kv_heads):
             for p in range(P):
+                i = self.add(
+                    Op.ATTN, st, h * P + p, self.cid[f"attn{l}.{h}"], [self.full(f"qkv{l}.{h}")],
+                    not_with=qkv_tiles if (self.free_qkv and p == 0) or all_off else (),
+                    layer=l, norm=self.w(l, "q_norm"), weight2=self.w(l, "k_norm"), in_buf=self.bid[f"q{l}"],
+                    in2_buf=self.bid[f"knew{l}"], in3_buf=self.bid[f"vnew{l}"], out_buf=self.bid[f"attn_part{l}"],
+                    aux0=h, aux1=p, weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
                 if p == 0:
-                    first_part[h] = len(tiles)
-                add(Op.ATTN, st, h * P + p, cid[f"attn{l}.{h}"], [full(f"qkv{l}.{h}")],
-                    not_with=qkv_tiles if (free_qkv and p == 0) or all_off else (),
-                    layer=l, in_buf=bid[f"q{l}"], in2_buf=bid[f"knew{l}"], in3_buf=bid[f"vnew{l}"],
-                    out_buf=bid[f"attn_part{l}"], aux0=h, aux1=p,
-                    weight_bytes=min(per, max(0, context_hint - p * per)) * hd * 2 * 2)
-        st = new_stage(f"L{l}.merge", [f"merge{l}"])
-        merge_tiles = []
-        for h in range(s.num_kv_heads):
-            merge_tiles.append(len(tiles))
-            # On partition 0's worker, right after it: below one chunk of context it holds every position.
-            add(Op.MERGE, st, h, cid[f"merge{l}"], [full(f"attn{l}.{h}")], with_tile=first_part[h],
-                layer=l, in_buf=bid[f"attn_part{l}"], out_buf=bid[f"attn_out{l}"], aux0=h,
-                weight_bytes=P * G * (hd + 2) * 4)
-        st = new_stage(f"L{l}.o", [f"o{l}"])
-        avoid = o_off_merge and workers > 2 * s.num_kv_heads
-        if o_rows > 0:
-            o_cut = [(k, "o", r, min(H, r + o_rows)) for k, r in enumerate(range(0, H, o_rows))]
-        else:
-            o_cut = cut_rows([("o", H)], floor_pieces(H, workers - s.num_kv_heads if avoid else workers, nq * 2,
-                                                        min_rows))
-        free = workers - s.num_kv_heads
-        o_tiles = []
-        for piece, _, r0, r1 in o_cut:
-            o_tiles.append(len(tiles))
-            add(Op.RESID, st, piece, cid[f"o{l}"], [full(f"merge{l}")],
-                not_with=merge_tiles if avoid and piece < free else (),
-                layer=l, weight=W(l, "o"), in_buf=bid[f"attn_out{l}"], in2_buf=bid[f"x{l}"],
-                out_buf=bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0, weight_bytes=(r1 - r0) * nq * 2)
-        st = new_stage(f"L{l}.gateup", [f"gateup{l}"])
-        gu_pieces = floor_pieces(s.intermediate, workers, 4 * H, min_rows)
-        gu_avoid = o_tiles if gateup_off_o and workers - len(o_tiles) >= gu_pieces else ()
-        for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], gu_pieces):
-            add(Op.GATEUP, st, piece, cid[f"gateup{l}"], [full(f"o{l}")], not_with=gu_avoid,
-                layer=l, weight=W(l, "gate"), weight2=W(l, "up"), norm=W(l, "post_norm"), in_buf=bid[f"xm{l}"],
-                out_buf=bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
-                weight_bytes=2 * (r1 - r0) * H * 2)
-        st = new_stage(f"L{l}.down", [f"down{l}"])
-        for piece, _, r0, r1 in cut_rows([("down", H)], floor_pieces(H, workers, s.intermediate * 2, min_rows)):
-            add(Op.RESID, st, piece, cid[f"down{l}"], [full(f"gateup{l}")],
-                layer=l, weight=W(l, "down"), in_buf=bid[f"act{l}"], in2_buf=bid[f"xm{l}"],
-                out_buf=bid[f"x{l + 1}"], row_begin=r0, row_end=r1, out_offset=r0,
-                weight_bytes=(r1 - r0) * s.intermediate * 2)
+                    first_part[h] = i
+        return first_part
 
-    st = new_stage("lmhead", ["lm"])
-    for slot, (piece, _, r0, r1) in enumerate(lm_segments):
-        add(Op.LMHEAD, st, piece, cid["lm"], [full(f"down{L - 1}")],
-            weight=W(0, "lm_head"), norm=W(0, "final_norm"), in_buf=bid[f"x{L}"], out_buf=bid["lm_partial"],
-            row_begin=r0, row_end=r1, aux0=slot, weight_bytes=(r1 - r0) * H * 2)
-    st = new_stage("argmax", ["argmax"])
-    add(Op.ARGMAX, st, 0, cid["argmax"], [full("lm")], in_buf=bid["lm_partial"], aux0=lm_tiles,
-        weight_bytes=lm_tiles * 8)
+    def merge(self, l: int, first_part: dict[int, int]) -> list[int]:
+        """On the worker of the KV head's partition-0 ATTN tile, right after it: below one chunk of context that
+        tile holds every position, and the MERGE reads it from the worker's shared memory."""
+        s, P = self.s, self.P
+        st = self.new_stage(f"L{l}.merge", [f"merge{l}"])
+        return [self.add(Op.MERGE, st, h, self.cid[f"merge{l}"], [self.full(f"attn{l}.{h}")],
+                         with_tile=first_part[h], layer=l, in_buf=self.bid[f"attn_part{l}"],
+                         out_buf=self.bid[f"attn_out{l}"], aux0=h, weight_bytes=P * s.group * (s.head_dim + 2) * 4)
+                for h in range(s.num_kv_heads)]
 
-    # Resolve counts: a wait covers every arrival at its counter in a step.
-    for t in tiles:
-        resolved = []
-        for c, count, off in t.waits:
-            c = cid[c] if isinstance(c, str) else c
-            resolved.append((c, signals[c] if count is None else count, off))
-        t.waits = resolved
+    def o_proj(self, l: int, merge_tiles: list[int]) -> list[int]:
+        s, W, r = self.s, self.W, self.rules
+        H = s.hidden
+        st = self.new_stage(f"L{l}.o", [f"o{l}"])
+        avoid = r.o_off_merge and W > 2 * s.num_kv_heads
+        cut = cut_rows([("o", H)], floor_pieces(H, W - s.num_kv_heads if avoid else W, s.q_dim * 2, r.min_rows))
+        free = W - s.num_kv_heads
+        return [self.add(Op.RESID, st, piece, self.cid[f"o{l}"], [self.full(f"merge{l}")],
+                         not_with=merge_tiles if avoid and piece < free else (),
+                         layer=l, weight=self.w(l, "o"), in_buf=self.bid[f"attn_out{l}"], in2_buf=self.bid[f"x{l}"],
+                         out_buf=self.bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0,
+                         weight_bytes=(r1 - r0) * s.q_dim * 2)
+                for piece, _, r0, r1 in cut]
 
-    return TileGraph(shape=s, workers=workers, policy=policy, buffers=buffers, counters=counters, stages=stages,
-                     tiles=tiles, attn_partitions=P, attn_granule=attn_granule, attn_single=attn_single,
-                     lm_tiles=lm_tiles, argmax_counter=cid["argmax"], context_hint=context_hint)
+    def gateup(self, l: int, o_tiles: list[int]) -> None:
+        s, W, r = self.s, self.W, self.rules
+        H = s.hidden
+        st = self.new_stage(f"L{l}.gateup", [f"gateup{l}"])
+        pieces = floor_pieces(s.intermediate, W, 4 * H, r.min_rows)
+        avoid = o_tiles if r.gateup_off_o and W - len(o_tiles) >= pieces else ()
+        for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], pieces):
+            self.add(Op.GATEUP, st, piece, self.cid[f"gateup{l}"], [self.full(f"o{l}")], not_with=avoid,
+                     layer=l, weight=self.w(l, "gate"), weight2=self.w(l, "up"), norm=self.w(l, "post_norm"),
+                     in_buf=self.bid[f"xm{l}"], out_buf=self.bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
+                     weight_bytes=2 * (r1 - r0) * H * 2)
+
+    def down(self, l: int) -> None:
+        s = self.s
+        H = s.hidden
+        st = self.new_stage(f"L{l}.down", [f"down{l}"])
+        cut = cut_rows([("down", H)], floor_pieces(H, self.W, s.intermediate * 2, self.rules.min_rows))
+        for piece, _, r0, r1 in cut:
+            self.add(Op.RESID, st, piece, self.cid[f"down{l}"], [self.full(f"gateup{l}")],
+                     layer=l, weight=self.w(l, "down"), in_buf=self.bid[f"act{l}"], in2_buf=self.bid[f"xm{l}"],
+                     out_buf=self.bid[f"x{l + 1}"], row_begin=r0, row_end=r1, out_offset=r0,
+                     weight_bytes=(r1 - r0) * s.intermediate * 2)
+
+    def lm_head(self) -> None:
+        s = self.s
+        st = self.new_stage("lmhead", ["lm"])
+        for slot, (piece, _, r0, r1) in enumerate(self.lm_segments):
+            self.add(Op.LMHEAD, st, piece, self.cid["lm"], [self.full(f"down{s.num_layers - 1}")],
+                     weight=self.w(0, "lm_head"), norm=self.w(0, "final_norm"), in_buf=self.bid[f"x{s.num_layers}"],
+                     out_buf=self.bid["lm_partial"], row_begin=r0, row_end=r1, aux0=slot,
+                     weight_bytes=(r1 - r0) * s.hidden * 2)
+
+    def argmax(self) -> None:
+        st = self.new_stage("argmax", ["argmax"])
+        self.add(Op.ARGMAX, st, 0, self.cid["argmax"], [self.full("lm")], in_buf=self.bid["lm_partial"],
+                 aux0=self.lm_tiles, weight_bytes=self.lm_tiles * 8)
+
+    def resolve_counts(self) -> None:
+        """A wait covers every arrival at its counter in a step."""
+        for t in self.tiles:
+            resolved = []
+            for c, count, off in t.waits:
+                c = self.cid[c] if isinstance(c, str) else c
+                resolved.append((c, self.signals[c] if count is None else count, off))
+            t.waits = resolved

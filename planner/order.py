@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .format import TILE, WAIT
+from tiles_ext.planner.format import TILE, WAIT
 
 
 @dataclass

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import format as fmt
-from .plan import PLAN_REVISION, GpuTarget, Plan, build_plan
-from .shape import ModelShape
-from .validate import PlanError, validate_plan
+from tiles_ext.families import shape_of
+from tiles_ext.planner import format as fmt
+from tiles_ext.planner.plan import PLAN_REVISION, GpuTarget, Plan, build_plan
+from tiles_ext.planner.shape import ModelShape
+from tiles_ext.planner.validate import PlanError, validate_plan
 
 log = logging.getLogger("tiles_ext.planner")
 
@@ -120,7 +121,7 @@ def decode_plan(data: bytes, source: str = "plan", expect_shape=None, expect_gpu
     if header.get("config_hash") != shape.config_hash():
         raise PlanFileCorrupt(f"{source}: model shape does not match its recorded hash")
     if expect_shape is not None:
-        want = expect_shape if isinstance(expect_shape, ModelShape) else ModelShape.from_config(expect_shape)
+        want = expect_shape if isinstance(expect_shape, ModelShape) else shape_of(expect_shape)
         if want != shape:
             diff = ", ".join(f"{k}: plan {v!r} vs model {getattr(want, k)!r}" for k, v in asdict(shape).items()
                              if getattr(want, k) != v)
@@ -164,7 +165,7 @@ def load_or_build(shape, gpu, workers: int, cache_dir, policy: str = "tiles", **
 
     A cache file made for another GPU is re-planned (logged); a corrupted or invalid one is rebuilt, never
     trusted (logged); one made for another format, ABI or model under this key is refused (PlanMismatch)."""
-    shape = shape if isinstance(shape, ModelShape) else ModelShape.from_config(shape)
+    shape = shape if isinstance(shape, ModelShape) else shape_of(shape)
     if not isinstance(gpu, GpuTarget):  # a torch device
         gpu = GpuTarget.of_device(gpu)
     path = cache_path(cache_dir, shape, gpu, workers, policy)

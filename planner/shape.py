@@ -1,4 +1,8 @@
-"""ModelShape: the part of a Llama-family config the planner and executors depend on."""
+"""ModelShape: the part of a decoder config the planner and the executors depend on.
+
+A model family (tiles_ext.families) reads a Transformers config into a ModelShape, refusing what the executors cannot
+run; the planner only ever sees the shape.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -8,11 +12,6 @@ from dataclasses import asdict, dataclass
 
 class UnsupportedConfig(ValueError):
     """A config the planner cannot serve; the message names the field and what is supported."""
-
-
-SUPPORTED_MODEL_TYPES = ("llama",)
-SUPPORTED_ROPE_TYPES = ("default", "llama3")
-SUPPORTED_HEAD_DIMS = (64, 128)
 
 
 @dataclass(frozen=True)
@@ -28,71 +27,42 @@ class ModelShape:
     tied_lm_head: bool
     rope_type: str
     rope_theta: float
+    # The layer recipe's numeric features (tile fields the executors read; planner/format.py):
+    qkv_bias: bool = False      # q, k and v projections add a bias vector
+    qk_norm: bool = False       # q and k get a per-head RMSNorm before RoPE
 
     @property
     def group(self) -> int:
         """Query heads per KV head (GQA ratio)."""
         return self.num_heads // self.num_kv_heads
 
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (num_heads x head_dim; differs from hidden in e.g. Qwen3-0.6B)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        # Features left at their default are not written, so that a new feature leaves existing shapes' hashes
+        # (and the plan files keyed by them) unchanged.
+        d = asdict(self)
+        for name, value in (("qkv_bias", False), ("qk_norm", False)):
+            if d[name] == value:
+                del d[name]
+        return json.dumps(d, sort_keys=True)
 
     def config_hash(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     def weight_bytes(self) -> int:
         """BF16 bytes of weights read per decode token (embedding row not counted)."""
-        h, q, kv, i = self.hidden, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.intermediate
-        layer = (q * h + 2 * kv * h + h * q + 3 * i * h + 2 * h) * 2
-        return self.num_layers * layer + (self.vocab * h + h) * 2
-
-    @classmethod
-    def from_config(cls, config) -> "ModelShape":
-        """From a transformers config object or a config.json dict."""
-        get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else (
-            lambda k, d=None: getattr(config, k, d))
-        model_type = get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise UnsupportedConfig(
-                f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-        hidden = int(get("hidden_size"))
-        heads = int(get("num_attention_heads"))
-        kv = int(get("num_key_value_heads") or heads)
-        head_dim = int(get("head_dim") or hidden // heads)
-        rope = get("rope_parameters") or get("rope_scaling") or {}
-        if not isinstance(rope, dict):
-            rope = dict(rope)
-        rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
-        theta = rope.get("rope_theta", get("rope_theta", 10000.0))
-        act = get("hidden_act", "silu")
-        problems = []
-        if heads % kv:
-            problems.append(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
-        if head_dim not in SUPPORTED_HEAD_DIMS:
-            problems.append(f"head_dim {head_dim} (supported: {SUPPORTED_HEAD_DIMS})")
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            problems.append(f"rope_type {rope_type!r} (supported: {SUPPORTED_ROPE_TYPES})")
-        if act != "silu":
-            problems.append(f"hidden_act {act!r} (supported: 'silu')")
-        if get("attention_bias", False) or get("mlp_bias", False):
-            problems.append("attention_bias/mlp_bias (supported: no biases)")
-        if hidden % 8 or int(get("intermediate_size")) % 8:
-            problems.append(f"hidden_size {hidden} and intermediate_size must be multiples of 8 "
-                            "(16-byte weight rows)")
-        if (get("pretraining_tp", 1) or 1) != 1:
-            problems.append("pretraining_tp != 1")
-        if problems:
-            raise UnsupportedConfig("unsupported Llama config: " + "; ".join(problems))
-        return cls(
-            num_layers=int(get("num_hidden_layers")),
-            hidden=hidden,
-            num_heads=heads,
-            num_kv_heads=kv,
-            head_dim=head_dim,
-            intermediate=int(get("intermediate_size")),
-            vocab=int(get("vocab_size")),
-            eps=float(get("rms_norm_eps", 1e-6)),
-            tied_lm_head=bool(get("tie_word_embeddings", False)),
-            rope_type=str(rope_type),
-            rope_theta=float(theta),
-        )
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        layer = q * h + 2 * kv * h + h * q + 3 * i * h + 2 * h
+        if self.qkv_bias:
+            layer += q + 2 * kv
+        if self.qk_norm:
+            layer += 2 * self.head_dim
+        return self.num_layers * layer * 2 + (self.vocab * h + h) * 2

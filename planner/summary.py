@@ -9,24 +9,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cost
-from .format import TILE, Op
-from .order import step_order
-from .plan import slot_name
+from tiles_ext.planner import cost
+from tiles_ext.planner.format import TILE, Op
+from tiles_ext.planner.order import step_order
+from tiles_ext.planner.format import SLOTS
 
 
 def tile_stages(plan) -> list[str]:
     """Stage name of every tile: embed, L<l>.qkv, L<l>.attn, L<l>.merge, L<l>.o, L<l>.gateup, L<l>.down,
     lmhead, argmax."""
     T = np.asarray(plan.tiles)
-    L = plan.header["num_layers"]
+    table = np.asarray(plan.weights)
     out = []
     for op, layer, w in zip(T[:, TILE.index("op")].tolist(), T[:, TILE.index("layer")].tolist(),
                             T[:, TILE.index("weight")].tolist()):
         if op == Op.QKV:
             out.append(f"L{layer}.qkv")
         elif op == Op.RESID:
-            out.append(f"L{layer}.{slot_name(w, L)}")
+            out.append(f"L{layer}.{SLOTS[int(table[w][0])]}")
         elif layer >= 0:
             out.append(f"L{layer}.{Op(op).name.lower()}")
         else:

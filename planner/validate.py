@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import format as fmt
-from .format import BUFFER, HEADER, TILE, WAIT, DType, Op
-from .order import step_order
+from tiles_ext.planner import format as fmt
+from tiles_ext.planner.format import BUFFER, HEADER, TILE, WAIT, WEIGHT, DType, Op
+from tiles_ext.planner.order import step_order
+from tiles_ext.planner.weights import WeightLayout, layer_slot_mask
 
 
 class PlanError(ValueError):
@@ -72,7 +73,8 @@ def _check_header(plan) -> None:
         need(field, want, " (from the plan's model shape)")
     need("eps_bits", fmt.float_bits(s.eps), " (RMSNorm eps of the model shape)")
     need("config_hash", int(s.config_hash()[:8], 16) & 0x7FFFFFFF, " (hash of the model shape)")
-    need("num_weights", fmt.num_weights(s.num_layers))
+    need("layer_slots", layer_slot_mask(s), " (the per-layer slots of the model shape)")
+    need("num_weights", len(WeightLayout(s)))
     need("counter_stride", fmt.COUNTER_STRIDE_WORDS)
     need("state_words", fmt.STATE_HEADER_WORDS + h["num_counters"] * fmt.COUNTER_STRIDE_WORDS)
     for field in ("num_workers", "num_tiles", "num_counters", "attn_partitions", "attn_granule", "lm_tiles"):
@@ -99,7 +101,7 @@ def _check_header(plan) -> None:
                 ("waits_offset", plan.waits, (h["num_waits"], WAIT.words)),
                 ("worker_offsets_offset", plan.worker_offsets, (h["num_workers"] + 1,)),
                 ("worker_tiles_offset", plan.worker_tiles, (h["num_tiles"],)),
-                ("weight_shapes_offset", plan.weight_shapes, (h["num_weights"], 2)))
+                ("weights_offset", plan.weights, (h["num_weights"], WEIGHT.words)))
     off = HEADER.words
     for field, arr, want_shape in sections:
         arr = np.asarray(arr)
@@ -108,11 +110,11 @@ def _check_header(plan) -> None:
         need(field, off, " (sections lie end to end)")
         off += int(np.prod(want_shape))
     need("total_words", off)
-    from .plan import expected_weight_shapes
-    want = expected_weight_shapes(s)
-    if not np.array_equal(np.asarray(plan.weight_shapes), want):
-        bad = int(np.argwhere((np.asarray(plan.weight_shapes) != want).any(axis=1))[0][0])
-        raise PlanError(f"weight_shapes[{bad}] = {plan.weight_shapes[bad].tolist()}, expected "
+    want = WeightLayout(s).table()
+    got = np.asarray(plan.weights)
+    if not np.array_equal(got, want):
+        bad = int(np.argwhere((got != want).any(axis=1))[0][0])
+        raise PlanError(f"weight table entry {bad} (slot, layer, rows, cols) = {got[bad].tolist()}, expected "
                         f"{want[bad].tolist()} for the model shape")
 
 
@@ -168,8 +170,20 @@ class _Checker:
         self.T = np.asarray(plan.tiles, dtype=np.int64)
         self.cols = {name: self.T[:, i].tolist() for name, i in _COL.items()}
         self.buffers = np.asarray(plan.buffers, dtype=np.int64).tolist()
+        self.table = np.asarray(plan.weights, dtype=np.int64).reshape(-1, WEIGHT.words).tolist()
+        self.layout = WeightLayout(self.s)
         self.L = self.s.num_layers
         self.P = self.h["attn_partitions"]
+        n = self.h["num_tiles"]
+        self.writes = []               # (tile, buf, lo, hi)
+        self.reads = []                # (tile, buf, lo, hi, expected producer kind)
+        self.kind = [None] * n         # producer kind, e.g. "L3.q", "embed"
+        self.rows = {}                 # weight -> list of (row_begin, row_end, tile)
+        self.logits = []               # (row_begin, row_end, tile)
+        self.attn_seen = {}
+        self.embeds, self.argmaxes = [], []
+        # The producer of the residual entering layer l (l = L: the final norm's input).
+        self.x_kind = ["embed"] + [f"L{l}.down" for l in range(self.L)]
 
     def who(self, i):
         return _who(self.plan, i, self.worker_of)
@@ -179,12 +193,13 @@ class _Checker:
 
     # --- weights ---------------------------------------------------------------------------------
     def slot(self, w):
-        per = len(fmt.LAYER_SLOTS)
-        if 0 <= w < self.L * per:
-            return w // per, fmt.LAYER_SLOTS[w % per]
-        if 0 <= w - self.L * per < len(fmt.FINAL_SLOTS):
-            return -1, fmt.FINAL_SLOTS[w - self.L * per]
-        return None, None
+        """(layer, slot name) of weight entry w; (None, None) out of range."""
+        if not 0 <= w < len(self.table):
+            return None, None
+        return self.table[w][1], fmt.SLOTS[self.table[w][0]]
+
+    def shape_of(self, w):
+        return self.table[w][2], self.table[w][3]
 
     def need_weight(self, i, field, allowed, layer):
         w = self.cols[field][i]
@@ -194,6 +209,13 @@ class _Checker:
             got = "none" if w == -1 else f"{w} ({name} of layer {wl})" if name else f"{w} (out of range)"
             self.fail(i, f"{field} must be {want}; got {got}")
         return name
+
+    def need_feature(self, i, field, slot, layer, present):
+        """`field` names `slot` of `layer` where the shape has the feature, else -1."""
+        if present:
+            self.need_weight(i, field, (slot,), layer)
+        else:
+            self.need_none(i, field)
 
     def need_none(self, i, *fields):
         for f in fields:
@@ -214,182 +236,205 @@ class _Checker:
             self.fail(i, f"{field} buffer {b} has {n} elements, op needs at least {min_numel}")
         return b
 
+    # --- rows ------------------------------------------------------------------------------------
+    def rowrange(self, i, w):
+        c = self.cols
+        r0, r1 = c["row_begin"][i], c["row_end"][i]
+        if not 0 <= r0 < r1 <= self.shape_of(w)[0]:
+            self.fail(i, f"rows {r0}:{r1} outside weight {w}'s {self.shape_of(w)[0]} rows")
+        self.rows.setdefault(w, []).append((r0, r1, i))
+        return r0, r1
+
+    def rows_out(self, i, w):
+        r0, r1 = self.rowrange(i, w)
+        if self.cols["out_offset"][i] != r0:
+            self.fail(i, f"out_offset {self.cols['out_offset'][i]} != row_begin {r0}: element index must equal the "
+                         "weight row (readers address q/k/v/residual/activation elements by row)")
+        return r0, r1
+
+    def need_bytes(self, i, want):
+        if self.cols["weight_bytes"][i] != want:
+            self.fail(i, f"weight_bytes {self.cols['weight_bytes'][i]}, the tile streams {want} weight bytes "
+                         "(executors may size prefetches by it)")
+
+    # --- the run ---------------------------------------------------------------------------------
     def run(self):
-        plan, h, s, c = self.plan, self.h, self.s, self.cols
-        n = h["num_tiles"]
-        L, P, G, hd = self.L, self.P, s.group, s.head_dim
-        nq, nkv, H = s.num_heads * hd, s.num_kv_heads * hd, s.hidden
+        for i in range(self.h["num_tiles"]):
+            self.check_common(i)
+            self.OP_CHECKS[self.cols["op"][i]](self, i, self.cols["layer"][i])
+        self.check_singletons()
+        self.check_coverage()
+        owner = self.check_writes()
+        self.check_counters()
+        anc = self.happens_before()
+        self.check_reads(owner, anc)
+        self.check_steps(anc)
+        for i in range(self.h["num_tiles"]):
+            if self.cols["op"][i] in (Op.ATTN, Op.MERGE):
+                self.check_merge_next(i)
+
+    def check_common(self, i):
+        """Wait records, signal, weight_bytes, the op's unused fields and its layer."""
+        h, c = self.h, self.cols
+        op, layer = c["op"][i], c["layer"][i]
+        wb, wc, nw = c["wait_begin"][i], c["wait_count"][i], h["num_waits"]
+        if not (0 <= wb and 0 <= wc and wb + wc <= nw):
+            self.fail(i, f"wait records [{wb}, {wb + wc}) outside 0..{nw}")
+        if not 0 <= c["signal"][i] < h["num_counters"]:
+            self.fail(i, f"signal counter {c['signal'][i]} outside 0..{h['num_counters'] - 1}")
+        if c["weight_bytes"][i] < 0:
+            self.fail(i, f"weight_bytes {c['weight_bytes'][i]} < 0")
+        if op not in tuple(Op):
+            self.fail(i, f"op {op} is not an Op")
+        # Fields an op does not use must hold the builder's neutral values, so no executor can read meaning into
+        # them (and a corrupted one is caught).
+        for f in _UNUSED.get(op, ()):
+            want = 1 if (op == Op.EMBED and f == "row_end") else 0
+            if c[f][i] != want:
+                self.fail(i, f"{f} = {c[f][i]}, must be {want} for {Op(op).name}")
+        if op in (Op.EMBED, Op.LMHEAD, Op.ARGMAX):
+            if layer != -1:
+                self.fail(i, f"layer must be -1 for {Op(op).name}, got {layer}")
+        elif not 0 <= layer < self.L:
+            self.fail(i, f"layer {layer} outside 0..{self.L - 1}")
+
+    def check_embed(self, i, layer):
+        H = self.s.hidden
+        self.need_weight(i, "weight", ("embed",), -1)
+        self.need_none(i, "weight2", "norm", "in_buf", "in2_buf", "in3_buf")
+        self.writes.append((i, self.need_buf(i, "out_buf", DType.F32, numel=H), 0, H))
+        self.need_bytes(i, H * 2)
+        self.kind[i] = "embed"
+        self.embeds.append(i)
+
+    def check_qkv(self, i, layer):
+        s, c = self.s, self.cols
+        H = s.hidden
+        name = self.need_weight(i, "weight", ("q", "k", "v"), layer)
+        self.need_weight(i, "norm", ("input_norm",), layer)
+        self.need_feature(i, "weight2", f"{name}_bias", layer, s.qkv_bias)
+        self.need_none(i, "in2_buf", "in3_buf")
+        self.reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, self.x_kind[layer]))
+        b = self.need_buf(i, "out_buf", DType.BF16, numel=s.q_dim if name == "q" else s.kv_dim)
+        r0, r1 = self.rows_out(i, c["weight"][i])
+        self.writes.append((i, b, r0, r1))
+        self.need_bytes(i, (r1 - r0) * H * 2)
+        self.kind[i] = f"L{layer}.{name}"
+
+    def check_attn(self, i, layer):
+        s, c, P = self.s, self.cols, self.P
+        G, hd = s.group, s.head_dim
+        self.need_none(i, "weight")
+        self.need_feature(i, "norm", "q_norm", layer, s.qk_norm)
+        self.need_feature(i, "weight2", "k_norm", layer, s.qk_norm)
+        kvh, p = c["aux0"][i], c["aux1"][i]
+        if not (0 <= kvh < s.num_kv_heads and 0 <= p < P):
+            self.fail(i, f"kv head {kvh} / partition {p} outside {s.num_kv_heads} heads x {P} partitions")
+        key = (layer, kvh, p)
+        if key in self.attn_seen:
+            self.fail(i, f"same (layer, kv head, partition) as {self.who(self.attn_seen[key])}: the KV cache row "
+                         "would be written twice")
+        self.attn_seen[key] = i
+        self.reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=s.q_dim), kvh * G * hd,
+                           (kvh + 1) * G * hd, f"L{layer}.q"))
+        self.reads.append((i, self.need_buf(i, "in2_buf", DType.BF16, numel=s.kv_dim), kvh * hd, (kvh + 1) * hd,
+                           f"L{layer}.k"))
+        self.reads.append((i, self.need_buf(i, "in3_buf", DType.BF16, numel=s.kv_dim), kvh * hd, (kvh + 1) * hd,
+                           f"L{layer}.v"))
         part = hd + 2
-        shapes = np.asarray(plan.weight_shapes).tolist()
-        writes = []                    # (tile, buf, lo, hi)
-        reads = []                     # (tile, buf, lo, hi, expected producer kind)
-        kind = [None] * n              # producer kind, e.g. "L3.q", "embed"
-        rows = {}                      # weight -> list of (row_begin, row_end, tile)
-        logits = []                    # (row_begin, row_end, tile)
-        attn_seen = {}
-        embeds, argmaxes = [], []
-        x_kind = ["embed"] + [f"L{l}.down" for l in range(L)]   # producer of the residual entering layer l
+        b = self.need_buf(i, "out_buf", DType.F32, numel=s.num_kv_heads * P * G * part)
+        lo = (kvh * P + p) * G * part
+        self.writes.append((i, b, lo, lo + G * part))
+        self.kind[i] = f"L{layer}.attn"
 
-        def rowrange(i, w):
-            r0, r1 = c["row_begin"][i], c["row_end"][i]
-            if not 0 <= r0 < r1 <= shapes[w][0]:
-                self.fail(i, f"rows {r0}:{r1} outside weight {w}'s {shapes[w][0]} rows")
-            rows.setdefault(w, []).append((r0, r1, i))
-            return r0, r1
+    def check_merge(self, i, layer):
+        s, P = self.s, self.P
+        G, hd = s.group, s.head_dim
+        part = hd + 2
+        self.need_none(i, "weight", "weight2", "norm", "in2_buf", "in3_buf")
+        kvh = self.cols["aux0"][i]
+        if not 0 <= kvh < s.num_kv_heads:
+            self.fail(i, f"kv head {kvh} outside 0..{s.num_kv_heads - 1}")
+        b = self.need_buf(i, "in_buf", DType.F32, numel=s.num_kv_heads * P * G * part)
+        self.reads.append((i, b, kvh * P * G * part, (kvh + 1) * P * G * part, f"L{layer}.attn"))
+        b = self.need_buf(i, "out_buf", DType.BF16, numel=s.q_dim)
+        self.writes.append((i, b, kvh * G * hd, (kvh + 1) * G * hd))
+        self.kind[i] = f"L{layer}.merge"
 
-        def need_bytes(i, want):
-            if c["weight_bytes"][i] != want:
-                self.fail(i, f"weight_bytes {c['weight_bytes'][i]}, the tile streams {want} weight bytes "
-                             "(executors may size prefetches by it)")
+    def check_resid(self, i, layer):
+        H = self.s.hidden
+        name = self.need_weight(i, "weight", ("o", "down"), layer)
+        self.need_none(i, "weight2", "norm", "in3_buf")
+        w = self.cols["weight"][i]
+        cols = self.shape_of(w)[1]
+        src = f"L{layer}.merge" if name == "o" else f"L{layer}.gateup"
+        self.reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=cols), 0, cols, src))
+        r0, r1 = self.rows_out(i, w)
+        res = self.x_kind[layer] if name == "o" else f"L{layer}.o"
+        self.reads.append((i, self.need_buf(i, "in2_buf", DType.F32, numel=H), r0, r1, res))
+        self.writes.append((i, self.need_buf(i, "out_buf", DType.F32, numel=H), r0, r1))
+        self.need_bytes(i, (r1 - r0) * cols * 2)
+        self.kind[i] = f"L{layer}.{name}"
 
-        def rows_out(i, w):
-            r0, r1 = rowrange(i, w)
-            if c["out_offset"][i] != r0:
-                self.fail(i, f"out_offset {c['out_offset'][i]} != row_begin {r0}: element index must equal the "
-                             "weight row (readers address q/k/v/residual/activation elements by row)")
-            return r0, r1
+    def check_gateup(self, i, layer):
+        s, c = self.s, self.cols
+        H = s.hidden
+        self.need_weight(i, "weight", ("gate",), layer)
+        self.need_weight(i, "weight2", ("up",), layer)
+        self.need_weight(i, "norm", ("post_norm",), layer)
+        self.need_none(i, "in2_buf", "in3_buf")
+        self.reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, f"L{layer}.o"))
+        r0, r1 = self.rows_out(i, c["weight"][i])
+        self.rows.setdefault(c["weight2"][i], []).append((r0, r1, i))
+        self.writes.append((i, self.need_buf(i, "out_buf", DType.BF16, numel=s.intermediate), r0, r1))
+        self.need_bytes(i, 2 * (r1 - r0) * H * 2)
+        self.kind[i] = f"L{layer}.gateup"
 
-        wb_col, wc_col = c["wait_begin"], c["wait_count"]
-        nw = h["num_waits"]
-        for i in range(n):
-            op, layer = c["op"][i], c["layer"][i]
-            if not (0 <= wb_col[i] and 0 <= wc_col[i] and wb_col[i] + wc_col[i] <= nw):
-                self.fail(i, f"wait records [{wb_col[i]}, {wb_col[i] + wc_col[i]}) outside 0..{nw}")
-            if not 0 <= c["signal"][i] < h["num_counters"]:
-                self.fail(i, f"signal counter {c['signal'][i]} outside 0..{h['num_counters'] - 1}")
-            if c["weight_bytes"][i] < 0:
-                self.fail(i, f"weight_bytes {c['weight_bytes'][i]} < 0")
-            # Fields an op does not use must hold the builder's neutral values, so no executor can read
-            # meaning into them (and a corrupted one is caught).
-            for f in _UNUSED.get(op, ()):
-                want = 1 if (op == Op.EMBED and f == "row_end") else 0
-                if c[f][i] != want:
-                    self.fail(i, f"{f} = {c[f][i]}, must be {want} for {Op(op).name}")
-            if op in (Op.EMBED, Op.LMHEAD, Op.ARGMAX):
-                if layer != -1:
-                    self.fail(i, f"layer must be -1 for {Op(op).name}, got {layer}")
-            elif op in tuple(Op):
-                if not 0 <= layer < L:
-                    self.fail(i, f"layer {layer} outside 0..{L - 1}")
-            else:
-                self.fail(i, f"op {op} is not an Op")
-            if op == Op.EMBED:
-                self.need_weight(i, "weight", ("embed",), -1)
-                self.need_none(i, "weight2", "norm", "in_buf", "in2_buf", "in3_buf")
-                b = self.need_buf(i, "out_buf", DType.F32, numel=H)
-                writes.append((i, b, 0, H))
-                need_bytes(i, H * 2)
-                kind[i] = "embed"
-                embeds.append(i)
-            elif op == Op.QKV:
-                name = self.need_weight(i, "weight", ("q", "k", "v"), layer)
-                self.need_weight(i, "norm", ("input_norm",), layer)
-                self.need_none(i, "weight2", "in2_buf", "in3_buf")
-                reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, x_kind[layer]))
-                b = self.need_buf(i, "out_buf", DType.BF16, numel=nq if name == "q" else nkv)
-                r0, r1 = rows_out(i, c["weight"][i])
-                writes.append((i, b, r0, r1))
-                need_bytes(i, (r1 - r0) * H * 2)
-                kind[i] = f"L{layer}.{name}"
-            elif op == Op.ATTN:
-                self.need_none(i, "weight", "weight2", "norm")
-                kvh, p = c["aux0"][i], c["aux1"][i]
-                if not (0 <= kvh < s.num_kv_heads and 0 <= p < P):
-                    self.fail(i, f"kv head {kvh} / partition {p} outside {s.num_kv_heads} heads x {P} partitions")
-                key = (layer, kvh, p)
-                if key in attn_seen:
-                    self.fail(i, f"same (layer, kv head, partition) as {self.who(attn_seen[key])}: the KV cache "
-                                 "row would be written twice")
-                attn_seen[key] = i
-                reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=nq), kvh * G * hd, (kvh + 1) * G * hd,
-                              f"L{layer}.q"))
-                reads.append((i, self.need_buf(i, "in2_buf", DType.BF16, numel=nkv), kvh * hd, (kvh + 1) * hd,
-                              f"L{layer}.k"))
-                reads.append((i, self.need_buf(i, "in3_buf", DType.BF16, numel=nkv), kvh * hd, (kvh + 1) * hd,
-                              f"L{layer}.v"))
-                b = self.need_buf(i, "out_buf", DType.F32, numel=s.num_kv_heads * P * G * part)
-                lo = (kvh * P + p) * G * part
-                writes.append((i, b, lo, lo + G * part))
-                kind[i] = f"L{layer}.attn"
-            elif op == Op.MERGE:
-                self.need_none(i, "weight", "weight2", "norm", "in2_buf", "in3_buf")
-                kvh = c["aux0"][i]
-                if not 0 <= kvh < s.num_kv_heads:
-                    self.fail(i, f"kv head {kvh} outside 0..{s.num_kv_heads - 1}")
-                b = self.need_buf(i, "in_buf", DType.F32, numel=s.num_kv_heads * P * G * part)
-                reads.append((i, b, kvh * P * G * part, (kvh + 1) * P * G * part, f"L{layer}.attn"))
-                b = self.need_buf(i, "out_buf", DType.BF16, numel=nq)
-                writes.append((i, b, kvh * G * hd, (kvh + 1) * G * hd))
-                kind[i] = f"L{layer}.merge"
-            elif op == Op.RESID:
-                name = self.need_weight(i, "weight", ("o", "down"), layer)
-                self.need_none(i, "weight2", "norm", "in3_buf")
-                w = c["weight"][i]
-                cols = shapes[w][1]
-                src = f"L{layer}.merge" if name == "o" else f"L{layer}.gateup"
-                reads.append((i, self.need_buf(i, "in_buf", DType.BF16, numel=cols), 0, cols, src))
-                r0, r1 = rows_out(i, w)
-                res = x_kind[layer] if name == "o" else f"L{layer}.o"
-                reads.append((i, self.need_buf(i, "in2_buf", DType.F32, numel=H), r0, r1, res))
-                writes.append((i, self.need_buf(i, "out_buf", DType.F32, numel=H), r0, r1))
-                need_bytes(i, (r1 - r0) * cols * 2)
-                kind[i] = f"L{layer}.{name}"
-            elif op == Op.GATEUP:
-                self.need_weight(i, "weight", ("gate",), layer)
-                self.need_weight(i, "weight2", ("up",), layer)
-                self.need_weight(i, "norm", ("post_norm",), layer)
-                self.need_none(i, "in2_buf", "in3_buf")
-                reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, f"L{layer}.o"))
-                r0, r1 = rows_out(i, c["weight"][i])
-                rows.setdefault(c["weight2"][i], []).append((r0, r1, i))
-                writes.append((i, self.need_buf(i, "out_buf", DType.BF16, numel=s.intermediate), r0, r1))
-                need_bytes(i, 2 * (r1 - r0) * H * 2)
-                kind[i] = f"L{layer}.gateup"
-            elif op == Op.LMHEAD:
-                self.need_weight(i, "weight", ("lm_head",), -1)
-                self.need_weight(i, "norm", ("final_norm",), -1)
-                self.need_none(i, "weight2", "in2_buf", "in3_buf")
-                reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, x_kind[L]))
-                r0, r1 = rowrange(i, c["weight"][i])
-                need_bytes(i, (r1 - r0) * H * 2)
-                logits.append((r0, r1, i))
-                slot = c["aux0"][i]
-                if not 0 <= slot < h["lm_tiles"]:
-                    self.fail(i, f"LM partial slot {slot} outside 0..{h['lm_tiles'] - 1}")
-                b = self.need_buf(i, "out_buf", DType.F32, numel=2 * h["lm_tiles"])
-                writes.append((i, b, 2 * slot, 2 * slot + 2))
-                kind[i] = "lmhead"
-            elif op == Op.ARGMAX:
-                self.need_none(i, "weight", "weight2", "norm", "in2_buf", "in3_buf", "out_buf")
-                if c["aux0"][i] != h["lm_tiles"]:
-                    self.fail(i, f"reduces {c['aux0'][i]} partials, plan has lm_tiles = {h['lm_tiles']}")
-                b = self.need_buf(i, "in_buf", DType.F32, numel=2 * h["lm_tiles"])
-                reads.append((i, b, 0, 2 * h["lm_tiles"], "lmhead"))
-                kind[i] = "argmax"
-                argmaxes.append(i)
+    def check_lmhead(self, i, layer):
+        h, H = self.h, self.s.hidden
+        self.need_weight(i, "weight", ("lm_head",), -1)
+        self.need_weight(i, "norm", ("final_norm",), -1)
+        self.need_none(i, "weight2", "in2_buf", "in3_buf")
+        self.reads.append((i, self.need_buf(i, "in_buf", DType.F32, numel=H), 0, H, self.x_kind[self.L]))
+        r0, r1 = self.rowrange(i, self.cols["weight"][i])
+        self.need_bytes(i, (r1 - r0) * H * 2)
+        self.logits.append((r0, r1, i))
+        slot = self.cols["aux0"][i]
+        if not 0 <= slot < h["lm_tiles"]:
+            self.fail(i, f"LM partial slot {slot} outside 0..{h['lm_tiles'] - 1}")
+        b = self.need_buf(i, "out_buf", DType.F32, numel=2 * h["lm_tiles"])
+        self.writes.append((i, b, 2 * slot, 2 * slot + 2))
+        self.kind[i] = "lmhead"
 
-        if len(embeds) != 1 or len(argmaxes) != 1:
-            raise PlanError(f"plan must have exactly one EMBED and one ARGMAX tile; has {len(embeds)} and "
-                            f"{len(argmaxes)}")
-        self.embed, self.argmax = embeds[0], argmaxes[0]
+    def check_argmax(self, i, layer):
+        h = self.h
+        self.need_none(i, "weight", "weight2", "norm", "in2_buf", "in3_buf", "out_buf")
+        if self.cols["aux0"][i] != h["lm_tiles"]:
+            self.fail(i, f"reduces {self.cols['aux0'][i]} partials, plan has lm_tiles = {h['lm_tiles']}")
+        b = self.need_buf(i, "in_buf", DType.F32, numel=2 * h["lm_tiles"])
+        self.reads.append((i, b, 0, 2 * h["lm_tiles"], "lmhead"))
+        self.kind[i] = "argmax"
+        self.argmaxes.append(i)
+
+    OP_CHECKS = {Op.EMBED: check_embed, Op.QKV: check_qkv, Op.ATTN: check_attn, Op.MERGE: check_merge,
+                 Op.RESID: check_resid, Op.GATEUP: check_gateup, Op.LMHEAD: check_lmhead, Op.ARGMAX: check_argmax}
+
+    def check_singletons(self):
+        """One EMBED and one ARGMAX (signalling the header's counter); an ATTN tile for every partition."""
+        h, s, c = self.h, self.s, self.cols
+        if len(self.embeds) != 1 or len(self.argmaxes) != 1:
+            raise PlanError(f"plan must have exactly one EMBED and one ARGMAX tile; has {len(self.embeds)} and "
+                            f"{len(self.argmaxes)}")
+        self.embed, self.argmax = self.embeds[0], self.argmaxes[0]
         if c["signal"][self.argmax] != h["argmax_counter"]:
             self.fail(self.argmax, f"signals counter {c['signal'][self.argmax]}, header argmax_counter is "
                                    f"{h['argmax_counter']}")
-        missing = sorted(set((l, k, p) for l in range(L) for k in range(s.num_kv_heads) for p in range(P))
-                         - set(attn_seen))
+        missing = sorted(set((l, k, p) for l in range(self.L) for k in range(s.num_kv_heads) for p in range(self.P))
+                         - set(self.attn_seen))
         if missing:
             l, k, p = missing[0]
             raise PlanError(f"no ATTN tile for layer {l} kv head {k} partition {p} ({len(missing)} missing): "
                             "its KV-cache rows would never be written or read")
-        self.check_coverage(rows, logits, shapes)
-        owner = self.check_writes(writes, kind)
-        self.check_counters()
-        anc = self.happens_before()
-        self.check_reads(reads, owner, kind, anc)
-        self.check_steps(anc)
-        for i in range(n):
-            if c["op"][i] in (Op.ATTN, Op.MERGE):
-                self.check_merge_next(i)
 
     def check_merge_next(self, i):
         """The MERGE-next marks are promises an executor may act on (skip the partials, move the ATTN tile's counter
@@ -420,15 +465,15 @@ class _Checker:
             self.fail(j, f"aux1 = {c['aux1'][j]} after a marked ATTN tile, expected 1 + its counter "
                          f"{c['signal'][i]}: the ATTN tile's increment would be lost or land on another counter")
 
-    def check_coverage(self, rows, logits, shapes):
+    def check_coverage(self):
         """Each weight matrix's rows (hence each output row) computed exactly once; logits rows likewise."""
-        L = self.L
-        mats = [fmt.weight_index(l, sl, L) for l in range(L) for sl in MATRIX_SLOTS]
-        mats.append(fmt.weight_index(0, "lm_head", L))
+        mats = [self.layout.index(l, sl) for l in range(self.L) for sl in MATRIX_SLOTS]
+        mats.append(self.layout.index(-1, "lm_head"))
         for w in mats:
-            self._cover(rows.get(w, []), shapes[w][0], f"weight {w} ({self.slot(w)[1]}"
-                        f"{f' of layer {self.slot(w)[0]}' if self.slot(w)[0] >= 0 else ''}) rows")
-        self._cover(logits, self.s.vocab, "logits rows")
+            layer, name = self.slot(w)
+            self._cover(self.rows.get(w, []), self.shape_of(w)[0],
+                        f"weight {w} ({name}{f' of layer {layer}' if layer >= 0 else ''}) rows")
+        self._cover(self.logits, self.s.vocab, "logits rows")
 
     def _cover(self, ranges, total, what):
         ranges = sorted(ranges)
@@ -443,11 +488,12 @@ class _Checker:
         if pos != total:
             raise PlanError(f"{what} {pos}:{total} computed by no tile (of {total})")
 
-    def check_writes(self, writes, kind):
+    def check_writes(self):
         """owner[buf][e] = the one tile writing element e; a buffer's writers are all of one kind."""
+        kind = self.kind
         owner = [np.full(nb, -1, dtype=np.int64) for _, nb, _ in self.buffers]
         buf_kind = {}
-        for i, b, lo, hi in writes:
+        for i, b, lo, hi in self.writes:
             o = owner[b]
             if not 0 <= lo < hi <= len(o):
                 self.fail(i, f"writes buffer {b} elements {lo}:{hi}, outside its {len(o)} elements")
@@ -542,9 +588,11 @@ class _Checker:
         raise PlanError(f"{self.who(cyc[0][0])} is on a dependency cycle of {len(cyc)} tiles (co-resident workers "
                         f"would deadlock): " + "; ".join(links))
 
-    def check_reads(self, reads, owner, kind, anc):
+    def check_reads(self, owner, anc):
+        """Every read sees the producer the model calls for, ordered before it."""
+        kind = self.kind
         cache = {}
-        for i, b, lo, hi, want in reads:
+        for i, b, lo, hi, want in self.reads:
             key = (b, lo, hi)
             bn = self.buf_name.get(b, f"buffer {b}")
             got = cache.get(key)

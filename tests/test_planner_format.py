@@ -45,10 +45,8 @@ def test_enums_and_constants(text):
     assert c["kAbiVersion"] == fmt.ABI_VERSION and c["kMaxSteps"] == fmt.MAX_STEPS
     assert c["kCounterStrideWords"] == fmt.COUNTER_STRIDE_WORDS
     assert c["kStateHeaderWords"] == fmt.STATE_HEADER_WORDS
-    for i, n in enumerate(fmt.LAYER_SLOTS):
+    for i, n in enumerate(fmt.SLOTS):
         assert c["kSlot" + camel(n)] == i
-    for i, n in enumerate(fmt.FINAL_SLOTS):
-        assert c["kFinal" + camel(n)] == i
 
 
 def test_partition_rule_matches_header_formula():

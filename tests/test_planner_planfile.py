@@ -5,6 +5,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tiles_ext.families import shape_of
+
 from tiles_ext.planner import build_plan, format as fmt
 from tiles_ext.planner import planfile
 from tiles_ext.planner.plan import GpuTarget
@@ -110,7 +112,7 @@ def test_intact_but_invalid_plan_refused(plan, tmp_path):
 
 def test_shape_json_tampered_with_valid_checksum(plan, tmp_path):
     path = save_plan(plan, tmp_path / "p.tplan")
-    shape = ModelShape.from_config(CFG)
+    shape = shape_of(CFG)
     rewrite_header(path, shape=dict(vars(replace(shape, eps=1e-5))))
     with pytest.raises(PlanFileCorrupt, match="recorded hash"):
         load_plan(path)
@@ -170,7 +172,7 @@ def test_cache_refuses_other_abi_under_its_key(tmp_path):
 
 
 def test_cache_keys_differ(tmp_path):
-    s = ModelShape.from_config(CFG)
+    s = shape_of(CFG)
     keys = {planfile.cache_path(tmp_path, s, g, w, pol) for g in (H200, H100, GpuTarget())
             for w in (8, 9) for pol in ("tiles", "waves")}
     keys.add(planfile.cache_path(tmp_path, replace(s, vocab=98), H200, 9, "tiles"))

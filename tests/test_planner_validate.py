@@ -32,7 +32,7 @@ def small_plan():
 
 def mutated(plan):
     p = copy.copy(plan)
-    for name in ("tiles", "waits", "buffers", "worker_offsets", "worker_tiles", "weight_shapes"):
+    for name in ("tiles", "waits", "buffers", "worker_offsets", "worker_tiles", "weights"):
         setattr(p, name, getattr(plan, name).copy())
     p.header = dict(plan.header)
     return p

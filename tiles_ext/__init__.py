@@ -29,7 +29,7 @@ except OSError as e:  # pragma: no cover - exercised only on a broken install
         f"tiles_ext: the compiled extension {_spec.origin} could not be loaded ({e}); {_BUILD_HINT}. "
         "If it was built against another torch, rebuild it with the torch you import now.") from e
 
-from . import ops  # noqa: E402,F401  (the fake kernel for torch.compile; must import after _C)
+from tiles_ext import ops  # noqa: E402,F401  (the fake kernel for torch.compile; must import after _C)
 
 _LAZY = {"patch", "unpatch"}
 __all__ = ["patch", "unpatch", "ops", "__version__"]
@@ -39,6 +39,6 @@ def __getattr__(name):
     # patch/unpatch live in tiles_ext.integrations, which imports transformers: load it only when asked,
     # so `import tiles_ext` stays cheap for the planner and the op alone.
     if name in _LAZY:
-        from . import integrations
+        from tiles_ext import integrations
         return getattr(integrations, name)
     raise AttributeError(f"module 'tiles_ext' has no attribute {name!r}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .planner import format as fmt
-from .planner.format import FLAG_WAIT_COUNTER, ErrorCode, StateWord
+from tiles_ext.planner import format as fmt
+from tiles_ext.planner.format import FLAG_WAIT_COUNTER, ErrorCode, StateWord
 
 _MEANING = {
     ErrorCode.WAIT_TIMEOUT: "a dependency wait exceeded its bound (a plan or kernel bug, never a valid schedule)",

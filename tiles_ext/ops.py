@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .planner import format as fmt
+from tiles_ext.planner import format as fmt
 
 _H = {name: i for i, (name, _) in enumerate(fmt.HEADER_FIELDS)}
 
@@ -25,8 +25,8 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
     torch._check(plan.dtype == torch.int32, lambda: f"plan dtype {plan.dtype}, expected torch.int32")
     torch._check(plan.dim() == 1 and plan.shape[0] == plan_header[_H["total_words"]],
                  lambda: f"plan shape {tuple(plan.shape)}, expected ({plan_header[_H['total_words']]},)")
-    torch._check(len(weights) == fmt.num_weights(layers),
-                 lambda: f"{len(weights)} weights, the plan expects {fmt.num_weights(layers)}")
+    num_weights = int(plan_header[_H["num_weights"]])
+    torch._check(len(weights) == num_weights, lambda: f"{len(weights)} weights, the plan expects {num_weights}")
     for w in weights:
         torch._check(w.dtype == torch.bfloat16, lambda: f"weight dtype {w.dtype}, expected torch.bfloat16")
     torch._check(len(k_cache) == layers and len(v_cache) == layers,

@@ -15,13 +15,14 @@ import json
 import sys
 from pathlib import Path
 
-from .planner import cost
-from .planner.graph import POLICIES
-from .planner.plan import GpuTarget, build_plan
-from .planner.planfile import PlanMismatch, load_plan, save_plan
-from .planner.shape import ModelShape, UnsupportedConfig
-from .planner.summary import summarize
-from .planner.validate import PlanError
+from tiles_ext.planner import cost
+from tiles_ext.planner.graph import POLICIES
+from tiles_ext.planner.plan import GpuTarget, build_plan
+from tiles_ext.planner.planfile import PlanMismatch, load_plan, save_plan
+from tiles_ext.families import shape_of
+from tiles_ext.planner.shape import UnsupportedConfig
+from tiles_ext.planner.summary import summarize
+from tiles_ext.planner.validate import PlanError
 
 
 def _config(args):
@@ -31,7 +32,7 @@ def _config(args):
     if path is None:
         return None
     try:
-        return ModelShape.from_config(json.loads(path.read_text()))
+        return shape_of(json.loads(path.read_text()))
     except FileNotFoundError:
         raise SystemExit(f"error: no config file {path}")
     except json.JSONDecodeError as e:

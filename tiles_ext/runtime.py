@@ -12,23 +12,18 @@ import os
 
 import torch
 
-from .errors import check_state
-from .planner.format import ATTN_WARPS_HEAD_DIM, ATTN_WARPS_MAX_GROUP
-from .planner.format import attn_warps_fit as format_attn_warps_fit
-from .planner.plan import Plan
+from tiles_ext import families
+from tiles_ext.errors import check_state
+from tiles_ext.planner.format import ATTN_WARPS_HEAD_DIM, ATTN_WARPS_MAX_GROUP
+from tiles_ext.planner.format import attn_warps_fit as format_attn_warps_fit
+from tiles_ext.planner.plan import Plan
 
 
-def model_weights(model) -> list[torch.Tensor]:
-    """The op's `weights` list for a transformers Llama-family causal LM, in plan order (format.LAYER_SLOTS)."""
-    m = model.model
-    out = []
-    for layer in m.layers:
-        a, mlp = layer.self_attn, layer.mlp
-        out += [layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight,
-                layer.post_attention_layernorm.weight, mlp.gate_proj.weight, mlp.up_proj.weight,
-                mlp.down_proj.weight]
-    out += [m.norm.weight, model.lm_head.weight, m.embed_tokens.weight]
-    return [w.detach() for w in out]
+def model_weights(model, shape=None) -> list[torch.Tensor]:
+    """The op's `weights` list for a Transformers causal LM of a served family, in plan order
+    (planner/weights.py): the model's own parameter tensors, detached, never copied."""
+    family = families.family_for(families.model_type_of(model.config))
+    return family.weights(model, shape if shape is not None else family.shape(model.config))
 
 
 def rope_tables(model) -> tuple[torch.Tensor, float]:

@@ -91,14 +91,17 @@ PlanView view_plan(const int32_t* blob, int64_t words, const Header& host) {
   p.waits = reinterpret_cast<const Wait*>(section(h.waits_offset, int64_t(h.num_waits) * kWaitWords, "waits"));
   p.worker_offsets = section(h.worker_offsets_offset, int64_t(h.num_workers) + 1, "worker_offsets");
   p.worker_tiles = section(h.worker_tiles_offset, h.num_tiles, "worker_tiles");
-  p.weight_shapes = section(h.weight_shapes_offset, int64_t(h.num_weights) * 2, "weight_shapes");
+  p.weights = reinterpret_cast<const Weight*>(section(h.weights_offset, int64_t(h.num_weights) * kWeightWords,
+                                                      "weights"));
 
   for (int64_t w = 0; w < h.num_weights; ++w) {
-    int64_t r, c;
-    expected_weight_shape(h, w, &r, &c);
-    TORCH_CHECK(p.weight_shapes[2 * w] == r && p.weight_shapes[2 * w + 1] == c, "tiles::decode_step: bad plan: "
-                "weight_shapes[", w, "] = [", p.weight_shapes[2 * w], ", ", p.weight_shapes[2 * w + 1],
-                "] disagrees with the header dimensions ([", r, ", ", c, "])");
+    int32_t slot = -1, layer = -1;
+    int64_t r = -1, c = -1;
+    if (weight_entry(h, w, &slot, &layer)) slot_shape(h, slot, &r, &c);
+    const Weight& e = p.weights[w];
+    TORCH_CHECK(e.slot == slot && e.layer == layer && e.rows == r && e.cols == c, "tiles::decode_step: bad plan: "
+                "weight table entry ", w, " = (slot ", e.slot, ", layer ", e.layer, ", ", e.rows, " x ", e.cols,
+                ") disagrees with the header (slot ", slot, ", layer ", layer, ", ", r, " x ", c, ")");
   }
   for (int64_t b = 0; b < h.num_buffers; ++b) {
     const Buffer& buf = p.buffers[b];

@@ -16,7 +16,7 @@ struct PlanView {
   const Wait* waits;
   const int32_t* worker_offsets;  // [num_workers + 1]
   const int32_t* worker_tiles;    // [num_tiles]
-  const int32_t* weight_shapes;   // [num_weights][2]
+  const Weight* weights;          // [num_weights]: (slot, layer, rows, cols)
 };
 
 // Checks the blob against the host header (the one the caller launched with) and every table entry against the

@@ -210,7 +210,7 @@ int64_t run_tile(const LaunchIO& io, const StepIO& st, const Tile& t) {
       run_merge(io, t);
       return -1;
     case kOpResid: {
-      const int64_t K = io.plan->weight_shapes[2 * t.weight + 1];
+      const int64_t K = io.plan->weights[t.weight].cols;
       const uint16_t* in = buf<uint16_t>(io, t.in_buf);
       std::vector<float> x(K);
       for (int64_t k = 0; k < K; ++k) x[k] = bf16_to_f32(in[k]);

@@ -30,7 +30,9 @@ namespace cuda {
 constexpr int kThreads = 512;          // threads per worker block (16 warps)
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxLayers = 64;         // bounds the by-value pointer tables below (kernel params up to 32 KB)
-constexpr int kMaxWeights = kMaxLayers * kLayerSlots + kFinalSlots;
+// Weight pointers passed by value: 9 per layer (Llama's slots) plus the model's 3 final ones. The op refuses a plan
+// with more (h.num_weights).
+constexpr int kMaxWeights = kMaxLayers * 9 + 3;
 constexpr int kMaxGroup = kWarps;      // query heads per KV head: one warp per head in the softmax update
 // kAttnChunkElems (plan_format.h): KV positions staged per attention chunk = kAttnChunkElems / head_dim.
 // 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per

@@ -216,6 +216,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
               " workers, device ", dev, " has ", di.sm_count, " SMs (one worker per SM)");
   TORCH_CHECK(h.num_layers <= cuda::kMaxLayers, "tiles::decode_step (CUDA): ", h.num_layers,
               " layers, this build supports at most ", cuda::kMaxLayers, " (cuda::kMaxLayers)");
+  TORCH_CHECK(h.num_weights <= cuda::kMaxWeights, "tiles::decode_step (CUDA): ", h.num_weights,
+              " weights, this build passes at most ", cuda::kMaxWeights, " (cuda::kMaxWeights)");
   const int G = h.num_heads / h.num_kv_heads;
   TORCH_CHECK(G <= cuda::kMaxGroup, "tiles::decode_step (CUDA): ", G, " query heads per KV head, at most ",
               cuda::kMaxGroup, " supported");

@@ -25,7 +25,7 @@ __device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b)
 
 __device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {
   if (OPT(p) & kOptPlanSmem) return reinterpret_cast<const int32_t*>(g_smem)[p.h.num_buffers + w];
-  return __ldg(p.plan + p.h.weight_shapes_offset + 2 * w + 1);
+  return __ldg(p.plan + p.h.weights_offset + w * kWeightWords + offsetof(Weight, cols) / 4);
 }
 
 // Tile from a local record (kOptPlanSmem): 16-byte shared-memory reads.
@@ -52,7 +52,8 @@ __device__ bool load_plan_smem(const KernelParams& p, const SmemLayout& L, int32
   int32_t* tab = reinterpret_cast<int32_t*>(g_smem + L.ptab);
   const int32_t nb = p.h.num_buffers, nw = p.h.num_weights;
   for (int i = threadIdx.x; i < nb; i += kThreads) tab[i] = __ldg(p.plan + p.h.buffers_offset + i * kBufferWords);
-  for (int i = threadIdx.x; i < nw; i += kThreads) tab[nb + i] = __ldg(p.plan + p.h.weight_shapes_offset + 2 * i + 1);
+  for (int i = threadIdx.x; i < nw; i += kThreads)
+    tab[nb + i] = __ldg(p.plan + p.h.weights_offset + i * kWeightWords + offsetof(Weight, cols) / 4);
   const int32_t n = tend - tbeg;
   const bool local = n <= L.tiles_cap;
   if (local) {

@@ -6,7 +6,7 @@
 namespace tiles {
 
 constexpr int32_t kMagic = 0x454C4954;
-constexpr int32_t kFormatVersion = 3;
+constexpr int32_t kFormatVersion = 4;
 constexpr int32_t kAbiVersion = 1;
 constexpr int32_t kMaxSteps = 64;
 constexpr int32_t kMaxEos = 8;
@@ -15,8 +15,8 @@ constexpr int32_t kCounterStrideWords = 32;
 constexpr int32_t kAttnChunkElems = 8192;
 constexpr int32_t kAttnWarpsMaxGroup = 4;
 constexpr int32_t kAttnWarpsHeadDim = 64;
-constexpr int32_t kLayerSlots = 9;
-constexpr int32_t kFinalSlots = 3;
+constexpr int32_t kNumSlots = 17;
+constexpr int32_t kMaxLayerSlots = 14;
 constexpr int32_t kFlagWaitCounter = -2;
 
 // Op
@@ -52,7 +52,7 @@ constexpr int32_t kErrorCacheFull = 2;
 constexpr int32_t kErrorBadToken = 3;
 constexpr int32_t kErrorBadPlan = 4;
 
-// Weight slots within a layer, then the final slots.
+// Weight slots (SLOTS): the `slot` of a Weight record.
 constexpr int32_t kSlotInputNorm = 0;
 constexpr int32_t kSlotQ = 1;
 constexpr int32_t kSlotK = 2;
@@ -62,9 +62,74 @@ constexpr int32_t kSlotPostNorm = 5;
 constexpr int32_t kSlotGate = 6;
 constexpr int32_t kSlotUp = 7;
 constexpr int32_t kSlotDown = 8;
-constexpr int32_t kFinalFinalNorm = 0;
-constexpr int32_t kFinalLmHead = 1;
-constexpr int32_t kFinalEmbed = 2;
+constexpr int32_t kSlotFinalNorm = 9;
+constexpr int32_t kSlotLmHead = 10;
+constexpr int32_t kSlotEmbed = 11;
+constexpr int32_t kSlotQBias = 12;
+constexpr int32_t kSlotKBias = 13;
+constexpr int32_t kSlotVBias = 14;
+constexpr int32_t kSlotQNorm = 15;
+constexpr int32_t kSlotKNorm = 16;
+
+// Names and texts (host code): index by Op, slot or ErrorCode value; nullptr where none is defined.
+constexpr const char* kOpNames[] = {
+    nullptr,
+    "embed",
+    "qkv",
+    "attn",
+    "merge",
+    "resid",
+    "gateup",
+    "lmhead",
+    "argmax",
+};
+constexpr int32_t kNumOpNames = 9;
+constexpr const char* kSlotNames[] = {
+    "input_norm",
+    "q",
+    "k",
+    "v",
+    "o",
+    "post_norm",
+    "gate",
+    "up",
+    "down",
+    "final_norm",
+    "lm_head",
+    "embed",
+    "q_bias",
+    "k_bias",
+    "v_bias",
+    "q_norm",
+    "k_norm",
+};
+constexpr const char* kErrorNames[] = {
+    "OK",
+    "WAIT_TIMEOUT",
+    "CACHE_FULL",
+    "BAD_TOKEN",
+    "BAD_PLAN",
+};
+constexpr const char* kErrorTexts[] = {
+    "",
+    "a dependency wait exceeded its bound (a plan or kernel bug, never a valid schedule)",
+    "position + step reached the KV cache's capacity",
+    "a token id outside the vocabulary",
+    "the device plan does not match the header it was launched with",
+};
+constexpr const char* kErrorDetails[] = {
+    "",
+    "counter {counter} was at {seen_u}, waited for {wanted_u}",
+    "position {seen} with max_cache_len {wanted}",
+    "token {seen} with vocab {wanted}",
+    "device word {seen}, header says {wanted}",
+};
+constexpr int32_t kNumErrorCodes = 5;
+constexpr const char* kFlagWaitDetail = "a flagged input word carried epoch {seen_u}, waited for {wanted_u}";
+constexpr const char* kErrorMessage = "tiles decode kernel error {name} ({meaning}) in worker {worker}, {where}, step {step}: {detail}. The state keeps the error and later launches on it do nothing: make a new runtime/state.";
+constexpr const char* kTileWhere = "tile {tile} ({tile_name})";
+constexpr const char* kStepWaitWhere = "the step-boundary wait for the previous step's token";
+constexpr const char* kNoTileWhere = "no tile (launch-time check)";
 
 struct Header {
   int32_t magic;  // MAGIC
@@ -98,15 +163,16 @@ struct Header {
   int32_t waits_offset;  // word offset of the wait table
   int32_t worker_offsets_offset;  // word offset of worker_offsets[num_workers + 1]
   int32_t worker_tiles_offset;  // word offset of worker_tiles[num_tiles]
-  int32_t weight_shapes_offset;  // word offset of weight_shapes[num_weights][2] (rows, cols; cols 0 = vector)
+  int32_t weights_offset;  // word offset of the weight table (num_weights Weight records)
   int32_t total_words;  // words in the blob
   int32_t sm_count;  // SM count of the GPU the plan was made for (0 = any)
   int32_t cc_major;  // compute capability major (0 = any)
   int32_t cc_minor;  // compute capability minor
   int32_t config_hash;  // low 31 bits of the model-config hash
+  int32_t layer_slots;  // bitmask of the per-layer slots (1 << SLOT) every layer has: the weights list's layout
 };
-static_assert(sizeof(Header) == 37 * 4, "Header layout");
-constexpr int32_t kHeaderWords = 37;
+static_assert(sizeof(Header) == 38 * 4, "Header layout");
+constexpr int32_t kHeaderWords = 38;
 
 struct Buffer {
   int32_t offset_bytes;  // byte offset in the scratch arena (256-byte aligned)
@@ -147,6 +213,65 @@ struct Wait {
 static_assert(sizeof(Wait) == 3 * 4, "Wait layout");
 constexpr int32_t kWaitWords = 3;
 
+struct Weight {
+  int32_t slot;  // index into SLOTS (kSlot*)
+  int32_t layer;  // decoder layer, -1 for a model slot
+  int32_t rows;  // rows (or elements of a vector)
+  int32_t cols;  // columns; 0 = a vector of `rows` elements
+};
+static_assert(sizeof(Weight) == 4 * 4, "Weight layout");
+constexpr int32_t kWeightWords = 4;
+
+constexpr int32_t kModelSlotMask = 3584;
+// Slots per layer, model slots (planner/weights.py: WeightLayout).
+inline int32_t popcount32(int32_t m) { int32_t n = 0; for (; m; m &= m - 1) ++n; return n; }
+inline int64_t num_weights(const Header& h) {
+  return int64_t(h.num_layers) * popcount32(h.layer_slots) + popcount32(kModelSlotMask);
+}
+// Slot and layer (-1: a model slot) of entry i of the weights list; false when i is out of range.
+inline bool weight_entry(const Header& h, int64_t i, int32_t* slot, int32_t* layer) {
+  const int64_t per = popcount32(h.layer_slots);
+  int32_t mask = h.layer_slots;
+  int64_t k = i;
+  *layer = -1;
+  if (i < 0) return false;
+  if (i < int64_t(h.num_layers) * per) {
+    *layer = int32_t(i / per);
+    k = i % per;
+  } else {
+    mask = kModelSlotMask;
+    k = i - int64_t(h.num_layers) * per;
+  }
+  for (int32_t s = 0; s < kNumSlots; ++s) {
+    if (!((mask >> s) & 1)) continue;
+    if (k-- == 0) { *slot = s; return true; }
+  }
+  return false;
+}
+// Rows and columns (0: a vector of `rows` elements) of a slot for this header's model.
+inline void slot_shape(const Header& h, int32_t slot, int64_t* rows, int64_t* cols) {
+  switch (slot) {
+    case kSlotInputNorm: *rows = int64_t(h.hidden); *cols = 0; return;
+    case kSlotQ: *rows = int64_t(h.num_heads) * h.head_dim; *cols = int64_t(h.hidden); return;
+    case kSlotK: *rows = int64_t(h.num_kv_heads) * h.head_dim; *cols = int64_t(h.hidden); return;
+    case kSlotV: *rows = int64_t(h.num_kv_heads) * h.head_dim; *cols = int64_t(h.hidden); return;
+    case kSlotO: *rows = int64_t(h.hidden); *cols = int64_t(h.num_heads) * h.head_dim; return;
+    case kSlotPostNorm: *rows = int64_t(h.hidden); *cols = 0; return;
+    case kSlotGate: *rows = int64_t(h.intermediate); *cols = int64_t(h.hidden); return;
+    case kSlotUp: *rows = int64_t(h.intermediate); *cols = int64_t(h.hidden); return;
+    case kSlotDown: *rows = int64_t(h.hidden); *cols = int64_t(h.intermediate); return;
+    case kSlotFinalNorm: *rows = int64_t(h.hidden); *cols = 0; return;
+    case kSlotLmHead: *rows = int64_t(h.vocab); *cols = int64_t(h.hidden); return;
+    case kSlotEmbed: *rows = int64_t(h.vocab); *cols = int64_t(h.hidden); return;
+    case kSlotQBias: *rows = int64_t(h.num_heads) * h.head_dim; *cols = 0; return;
+    case kSlotKBias: *rows = int64_t(h.num_kv_heads) * h.head_dim; *cols = 0; return;
+    case kSlotVBias: *rows = int64_t(h.num_kv_heads) * h.head_dim; *cols = 0; return;
+    case kSlotQNorm: *rows = int64_t(h.head_dim); *cols = 0; return;
+    case kSlotKNorm: *rows = int64_t(h.head_dim); *cols = 0; return;
+    default: *rows = -1; *cols = -1; return;
+  }
+}
+
 // Positions [lo, hi) of partition p when n positions are cached (planner/format.py: attn_partition_range).
 #if defined(__CUDACC__)
 __host__ __device__
@@ -159,6 +284,15 @@ inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32
   int32_t l = p * per < n ? p * per : n;
   *lo = l;
   *hi = l + per < n ? l + per : n;
+}
+
+// Whether the CUDA kernel's attention warp path takes this shape (planner/format.py: attn_warps_fit).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr bool attn_warps_fit(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {
+  return num_kv_heads > 0 && num_heads % num_kv_heads == 0 &&
+         num_heads / num_kv_heads <= kAttnWarpsMaxGroup && head_dim == kAttnWarpsHeadDim;
 }
 
 }  // namespace tiles

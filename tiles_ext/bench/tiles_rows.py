@@ -21,13 +21,13 @@ class OpDecoder:
     """A plan, a TileRuntime and a KV cache of max_len positions for one model: calls the op directly."""
 
     def __init__(self, model, max_len: int, device: torch.device, cpu_workers: int = 8):
-        from ..integrations.planning import plan_for
-        from ..planner import format as fmt
-        from ..planner.shape import ModelShape
-        from ..runtime import TileRuntime, model_weights, rope_tables
+        from tiles_ext.families import shape_of
+        from tiles_ext.integrations.planning import plan_for
+        from tiles_ext.planner import format as fmt
+        from tiles_ext.runtime import TileRuntime, model_weights, rope_tables
         self.device = device
         self.max_steps = fmt.MAX_STEPS
-        shape = ModelShape.from_config(model.config)
+        shape = shape_of(model.config)
         t0 = time.perf_counter()
         # The plan patch() would use (one worker per SM on CUDA), built here without the disk cache so plan_s
         # is the planning cost itself.

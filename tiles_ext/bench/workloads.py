@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..planner.shape import ModelShape
+from tiles_ext import families
+from tiles_ext.planner.shape import ModelShape
 
 CONFIG_FILES = {"llama-3.2-1b": "llama-3.2-1b-config.json", "smollm2-135m": "smollm2-135m-config.json"}
 MODEL_LABELS = {"llama-3.2-1b": "Llama-3.2-1B", "smollm2-135m": "SmolLM2-135M"}
@@ -46,7 +47,7 @@ def config_dict(model: str) -> dict:
 
 
 def shape_of(model: str) -> ModelShape:
-    return ModelShape.from_config(config_dict(model))
+    return families.shape_of(config_dict(model))
 
 
 def kv_bytes_per_position(shape: ModelShape) -> int:

@@ -1,4 +1,4 @@
-"""Llama-family causal LMs: support checks and the patched forward.
+"""Decoder-only causal LMs of a served family: support checks and the patched forward.
 
 The patched forward sends every decode step (one new token, a StaticCache already holding the prompt) to
 torch.ops.tiles.decode_step and everything else (prefill, training, batches, extra outputs) to the model's own
@@ -12,10 +12,25 @@ import inspect
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from . import cache as kv
-from .errors import UnsupportedModelError
+from tiles_ext import families
+from tiles_ext.integrations import cache as kv
+from tiles_ext.integrations.errors import UnsupportedModelError
+from tiles_ext.planner.shape import UnsupportedConfig
+from tiles_ext.planner.weights import entry_name
 
 SUPPORTED_DTYPE = torch.bfloat16
+
+
+def family_of(model):
+    """The family serving `model`; UnsupportedModelError naming the served model types otherwise."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    try:
+        return families.family_for(model_type)
+    except UnsupportedConfig:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} (model_type {model_type!r}) is not supported; supported model types: "
+            f"{families.served()}") from None
 
 
 def check_model(model) -> torch.device:
@@ -25,7 +40,7 @@ def check_model(model) -> torch.device:
     if getattr(model, "lm_head", None) is None or inner is None or not hasattr(inner, "layers"):
         raise UnsupportedModelError(
             f"{name} is not supported: tiles_ext.patch takes a causal LM with an LM head "
-            "(LlamaForCausalLM, e.g. AutoModelForCausalLM.from_pretrained(...))")
+            "(e.g. AutoModelForCausalLM.from_pretrained(...))")
     params = list(model.parameters())
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
     if dtypes != ["bfloat16"]:
@@ -49,16 +64,15 @@ def check_model(model) -> torch.device:
     return device
 
 
-def check_weights(model, plan) -> None:
+def check_weights(model, plan, weights) -> None:
     """The op reads plain row-major bf16 matrices: refuse packed/quantized layers (e.g. GGUF kept packed)."""
-    from ..runtime import model_weights
-    for i, (w, (rows, cols)) in enumerate(zip(model_weights(model), plan.weight_shapes.tolist())):
+    for i, (w, (_, _, rows, cols)) in enumerate(zip(weights, plan.weights.tolist())):
         want = (rows,) if cols == 0 else (rows, cols)
         if tuple(w.shape) != want or w.dtype != SUPPORTED_DTYPE or not w.is_contiguous():
             raise UnsupportedModelError(
-                f"weight {i} of {type(model).__name__} is {w.dtype} {tuple(w.shape)}"
-                f"{'' if w.is_contiguous() else ' non-contiguous'}; the plan needs contiguous bfloat16 {want} "
-                "(quantized or packed layers are not supported: load dense bf16 weights)")
+                f"weight {i} ({entry_name(plan.weights, i)}) of {type(model).__name__} is {w.dtype} "
+                f"{tuple(w.shape)}{'' if w.is_contiguous() else ' non-contiguous'}; the plan needs contiguous "
+                f"bfloat16 {want} (quantized or packed layers are not supported: load dense bf16 weights)")
 
 
 def make_forward(model, state):

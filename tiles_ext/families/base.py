@@ -1,0 +1,148 @@
+"""What a model family declares, and the config reading every family shares.
+
+A family is one file (tiles_ext/families/<name>.py) holding one `Family`: the Transformers model types it serves,
+how a config of theirs becomes a ModelShape (and what it refuses, by name), and where each weight slot of the plan
+(planner/weights.py) lives in the module tree. The planner sees only the shape; the integration binds the op's
+weights list through `Family.weights`. Adding a family is one file plus its tests, and an executor change only
+where the family brings a numeric feature the shape does not have yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
+from tiles_ext.planner.weights import WeightLayout
+
+# RMSNorm eps when a config gives none (Transformers' Llama default).
+DEFAULT_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a weight slot lives: a parameter path below the causal LM ("model.layers.{layer}.self_attn.q_proj.weight"),
+    and for a fused parameter the row range of the slot ((begin, end) from the shape), read in place as a view."""
+    path: str
+    rows: Callable[[ModelShape], tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]
+    example: str                                   # e.g. "LlamaForCausalLM: Llama 3.x, SmolLM2"
+    read_shape: Callable[[object], ModelShape]     # config -> shape; raises UnsupportedConfig naming the field
+    slots: dict = field(default_factory=dict)      # slot name -> Slot
+
+    def shape(self, config) -> ModelShape:
+        return self.read_shape(config)
+
+    def weights(self, model, shape: ModelShape) -> list:
+        """The op's weights list for `model`: its own parameter tensors (detached; row views of fused ones), in
+        the plan's order. No copy of any weight is made."""
+        out = []
+        for slot, layer in WeightLayout(shape).entries:
+            out.append(self.tensor(model, shape, slot, layer))
+        return out
+
+    def tensor(self, model, shape: ModelShape, slot: str, layer: int):
+        where = self.slots.get(slot)
+        if where is None:
+            raise UnsupportedConfig(f"the {self.name} family declares no location for weight slot {slot!r}")
+        param = model.get_parameter(where.path.format(layer=layer))
+        t = param.detach()
+        if where.rows is not None:
+            begin, end = where.rows(shape)
+            t = t[begin:end]
+        return t
+
+    def parameter(self, model, slot: str, layer: int):
+        """The module parameter a slot is read from (the fused parameter itself for a row view)."""
+        return model.get_parameter(self.slots[slot].path.format(layer=layer))
+
+
+class ConfigReader:
+    """Reads a Transformers config object or a config.json dict, and collects what a family refuses."""
+
+    def __init__(self, config):
+        self.config = config
+        self.problems: list[str] = []
+
+    def get(self, key, default=None):
+        c = self.config
+        value = c.get(key, default) if isinstance(c, dict) else getattr(c, key, default)
+        return default if value is None else value
+
+    def need_int(self, key) -> int:
+        value = self.get(key)
+        if value is None:
+            raise UnsupportedConfig(f"config has no {key!r} (an integer every decoder config gives)")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise UnsupportedConfig(f"config field {key!r} = {value!r} is not an integer") from None
+
+    def refuse(self, problem: str) -> None:
+        self.problems.append(problem)
+
+    def rope(self) -> tuple[dict, str, float]:
+        """(parameters, rope_type, rope_theta): Transformers 5 keeps them in rope_parameters, 4.x in rope_scaling
+        and rope_theta."""
+        rope = self.get("rope_parameters") or self.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            rope = dict(rope)
+        rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
+        theta = rope.get("rope_theta", self.get("rope_theta", 10000.0))
+        return rope, str(rope_type), float(theta)
+
+
+def decoder_shape(r: ConfigReader, family: str, *, head_dims, rope_types, qkv_bias=False, qk_norm=False,
+                  tied_default=False) -> ModelShape:
+    """The shape of a Llama-layout decoder (RMSNorm, GQA attention with RoPE, SiLU-gated MLP), after the checks
+    every such family needs; family-specific refusals are added to r.problems before the call."""
+    hidden = r.need_int("hidden_size")
+    heads = r.need_int("num_attention_heads")
+    kv = int(r.get("num_key_value_heads") or heads)
+    head_dim = int(r.get("head_dim") or hidden // heads)
+    intermediate = r.need_int("intermediate_size")
+    _, rope_type, theta = r.rope()
+    if heads % kv:
+        r.refuse(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+    if head_dim not in head_dims:
+        r.refuse(f"head_dim {head_dim} (supported: {', '.join(map(str, head_dims))})")
+    if rope_type not in rope_types:
+        r.refuse(f"rope_type {rope_type!r} (supported: {', '.join(rope_types)})")
+    act = r.get("hidden_act", "silu")
+    if act != "silu":
+        r.refuse(f"hidden_act {act!r} (supported: 'silu')")
+    if hidden % 8 or intermediate % 8:
+        r.refuse(f"hidden_size {hidden} and intermediate_size {intermediate} must be multiples of 8 "
+                 "(16-byte weight rows)")
+    if r.problems:
+        raise UnsupportedConfig(f"unsupported {family} config: " + "; ".join(r.problems))
+    return ModelShape(
+        num_layers=r.need_int("num_hidden_layers"), hidden=hidden, num_heads=heads, num_kv_heads=kv,
+        head_dim=head_dim, intermediate=intermediate, vocab=r.need_int("vocab_size"),
+        eps=float(r.get("rms_norm_eps", DEFAULT_EPS)), tied_lm_head=bool(r.get("tie_word_embeddings", tied_default)),
+        rope_type=rope_type, rope_theta=theta, qkv_bias=qkv_bias, qk_norm=qk_norm)
+
+
+def llama_layout_slots(**overrides) -> dict:
+    """Slot locations of the Llama module tree (model.layers[i].self_attn.q_proj, .mlp.gate_proj, ...)."""
+    layer = "model.layers.{layer}."
+    slots = {
+        "input_norm": Slot(layer + "input_layernorm.weight"),
+        "q": Slot(layer + "self_attn.q_proj.weight"),
+        "k": Slot(layer + "self_attn.k_proj.weight"),
+        "v": Slot(layer + "self_attn.v_proj.weight"),
+        "o": Slot(layer + "self_attn.o_proj.weight"),
+        "post_norm": Slot(layer + "post_attention_layernorm.weight"),
+        "gate": Slot(layer + "mlp.gate_proj.weight"),
+        "up": Slot(layer + "mlp.up_proj.weight"),
+        "down": Slot(layer + "mlp.down_proj.weight"),
+        "final_norm": Slot("model.norm.weight"),
+        "lm_head": Slot("lm_head.weight"),
+        "embed": Slot("model.embed_tokens.weight"),
+    }
+    slots.update(overrides)
+    return slots
