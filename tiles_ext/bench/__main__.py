@@ -247,8 +247,8 @@ def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: lis
 def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) -> list:
     """All baseline rows, phase by phase across the models (eager; CUDA-graph step and its sweep; llama.cpp;
     generate + compile), so that what the budget cuts is the least needed, never a whole model: llama.cpp (the
-    closest peer, ~10 s a model) before the compiled generate (~30-60 s of compiling a workload), which the budget
-    cut on SmolLM2 in session 4's run. Rows are appended to `out` as they finish (an interruption keeps them)."""
+    closest peer, ~10 s a model) before the compiled generate (~30-60 s of compiling a workload), the row a tight
+    budget cuts first. Rows are appended to `out` as they finish (an interruption keeps them)."""
     from . import baselines as B
     from . import llamacpp
     from .workloads import build_model, make_prompt

@@ -4,8 +4,7 @@ A large read-only pass over a BF16 buffer (much larger than L2), timed with CUDA
 tried and the fastest median wins: the floor should be the fastest read this GPU is seen to do, not the slowest.
 On CUDA the readers include tiles::read_checksum, a sweep with the decode kernel's own load pattern (16-byte loads,
 8 per lane in flight, one block per SM: csrc/cuda/read_sweep.cu). On an H200 it reads ~4.5 TB/s, where PyTorch's
-reductions read ~4.1-4.2 and bulk async copies ~4.5-4.57 (perf log, session 29): without it the floor was ~10%
-lenient.
+reductions read ~4.1-4.2 and bulk async copies ~4.5-4.57: without it the floor would be ~10% lenient.
 """
 from __future__ import annotations
 

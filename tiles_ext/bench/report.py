@@ -16,7 +16,8 @@ README_END = "<!-- results:end -->"
 
 def git_commit(repo: Path) -> str:
     """HEAD's short hash, with "-dirty" when tracked files differ from it: a copy of the tree whose .git is older than
-    its files (the device machine's, session 17) then says so instead of naming the older commit."""
+    its files (as on a device machine that receives the working tree beside an older .git) then says so instead of
+    naming the older commit."""
     def git(*args):
         out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
         return out.stdout.strip() if out.returncode == 0 else None
