@@ -37,7 +37,8 @@ def quick_run(tmp_path_factory):
 def test_quick_run_measures_every_cpu_system(quick_run):
     out, result, _ = quick_run
     by_system = {r["system"]: r for r in result["rows"]}
-    assert set(by_system) == {"hf-eager", "tiles-generate", "tiles-op-multi", "tiles-op-single"}
+    assert set(by_system) == {"hf-eager", "tiles-generate", "tiles-generate-sample", "tiles-op-multi",
+                              "tiles-op-single"}
     for r in result["rows"]:
         assert r["status"] == "ok", f"{r['system']}: {r['status']} ({r.get('reason')})"
         ms = r["ms_per_token"]
@@ -206,15 +207,14 @@ def test_gguf_export_round_trips_through_the_gguf_reader(tmp_path):
 
 def test_llamacpp_row_is_skipped_with_a_reason_when_no_build_exists(tmp_path, monkeypatch):
     from tiles_ext.bench import llamacpp
-    monkeypatch.delenv("TILES_LLAMA_BENCH", raising=False)
     monkeypatch.setattr(llamacpp, "CARRY_DIR", tmp_path / "none")
     monkeypatch.setenv("PATH", str(tmp_path))
     w = Workload("smollm2-135m", 32, 8)
     r = {32: rows.new_row("llama.cpp", w)}
     llamacpp.llamacpp_rows(r, None, [w], {w.name: 1.0}, 5, torch.device("cuda"))
     assert r[32]["status"] == "skipped" and "sdist" in r[32]["reason"] and "64 MiB" in r[32]["reason"]
-    monkeypatch.setenv("TILES_LLAMA_BENCH", str(tmp_path / "nope"))
-    assert llamacpp.find_llama_bench() == (None, f"TILES_LLAMA_BENCH={tmp_path / 'nope'} is not a file")
+    nope = str(tmp_path / "nope")
+    assert llamacpp.find_llama_bench(nope) == (None, f"--llama-bench {nope} is not a file")
 
 
 def test_figures_and_from_json_rerender_with_readme(tmp_path):

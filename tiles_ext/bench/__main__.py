@@ -7,6 +7,10 @@
   --context-sweep  adds ms/token against context 32..16K (Llama-3.2-1B) for Tiles and the CUDA-graph step.
   --quick          CPU smoke run on the embedded SmolLM2: Transformers eager beside Tiles (CPU executor), few
                    tokens, about two minutes; writes the same JSON/markdown/PNG to --out.
+  --zoo            with --gpu: the shapes users run (workloads.ZOO: Llama 1B/3B/8B, Qwen2.5 0.5B/7B, Qwen3
+                   0.6B/8B, Mistral-7B, Phi-3-mini; random BF16 weights) beside the CUDA-graph step and HF
+                   compile. The whole zoo does not fit one 10-minute device call: pick models with --models.
+  --sample SPEC    the sampling rows' settings (default temperature=0.7,top_p=0.9,top_k=50).
 
 The Tiles rows run in a child process (a crash or a hang of the kernel cannot take the baselines with it; a
 hang is cut by a timeout). A time budget (--budget-s) skips what no longer fits, saying so in the row, so a run
@@ -28,12 +32,14 @@ from pathlib import Path
 import torch
 
 from . import rows as R
-from .workloads import MODEL_LABELS, Workload, floor_info, floor_ms, shape_of
+from .workloads import MODEL_LABELS, ZOO, Workload, floor_info, floor_ms, shape_of
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_SWEEP = [32, 256, 1024, 2048, 4096, 8192, 16384]
-BASELINES = ("hf-eager", "hf-static-compile", "graph-step", "llama.cpp")
-TILES = ("tiles-generate", "tiles-op-multi", "tiles-op-single")
+BASELINES = ("hf-eager", "hf-static-compile", "hf-compile-sample", "graph-step", "llama.cpp")
+TILES = ("tiles-generate", "tiles-generate-sample", "tiles-op-multi", "tiles-op-single")
+ZOO_SYSTEMS = ("tiles-generate", "tiles-op-multi", "graph-step", "hf-static-compile")
+DEFAULT_SAMPLE = "temperature=0.7,top_p=0.9,top_k=50"
 
 
 def parse(argv=None):
@@ -47,6 +53,11 @@ def parse(argv=None):
                            "GPU machine into docs/results/) and update README.md from it")
     mode.add_argument("--tiles-child", metavar="SPEC", help=argparse.SUPPRESS)
     ap.add_argument("--context-sweep", action="store_true", help="add ms/token against context length")
+    ap.add_argument("--zoo", action="store_true", help="the zoo of shapes (workloads.ZOO), with --gpu")
+    ap.add_argument("--sample", default=DEFAULT_SAMPLE,
+                    help="generation-config fields of the sampling rows (default: %(default)s)")
+    ap.add_argument("--llama-bench", type=Path, help="a llama-bench binary for the llama.cpp row (default: "
+                                                     ".bench_llamacpp/, then llama-bench on PATH)")
     ap.add_argument("--out", type=Path, help="output folder (default: docs/results for --gpu)")
     ap.add_argument("--models", help="comma list of models (default per mode): " + ", ".join(MODEL_LABELS))
     ap.add_argument("--prompts", help="comma list of prompt lengths (default: 32,4096 GPU; 32 quick)")
@@ -62,9 +73,8 @@ def parse(argv=None):
                                                    "(default 330 GPU, 150 quick)")
     ap.add_argument("--child-timeout-s", type=float, help="limit for the Tiles child process")
     ap.add_argument("--cpu-workers", type=int, default=8, help="plan workers for the CPU executor")
-    ap.add_argument("--commit", default=os.environ.get("TILES_BENCH_COMMIT"),
-                    help="commit to name the results with (default: git rev-parse --short HEAD, else 'unknown'; "
-                         "also $TILES_BENCH_COMMIT, for copies of the tree without .git)")
+    ap.add_argument("--commit", help="commit to name the results with (default: git rev-parse --short HEAD, else "
+                                     "'unknown'; give it for copies of the tree without .git)")
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md's results block")
     ap.add_argument("--readme", type=Path, default=REPO / "README.md")
     return ap.parse_args(argv)
@@ -75,13 +85,15 @@ def settings(a) -> dict:
     s = {
         "mode": "gpu" if gpu else "quick",
         "device": "cuda" if gpu else "cpu",
-        "models": (a.models.split(",") if a.models else
+        "models": (a.models.split(",") if a.models else list(ZOO) if a.zoo else
                    ["llama-3.2-1b", "smollm2-135m"] if gpu else ["smollm2-135m"]),
         "prompts": [int(x) for x in a.prompts.split(",")] if a.prompts else ([32, 4096] if gpu else [32]),
         "new_tokens": a.new_tokens or (128 if gpu else 8),
         "reps": a.reps or (5 if gpu else 3),
         "eager_tokens": a.eager_tokens or (32 if gpu else None),
-        "systems": a.systems.split(",") if a.systems else list(R.SYSTEMS),
+        "systems": (a.systems.split(",") if a.systems else list(ZOO_SYSTEMS) if a.zoo else list(R.SYSTEMS)),
+        "sample": parse_sample(a.sample),
+        "llama_bench": str(a.llama_bench) if a.llama_bench else None,
         "weights": a.weights or ("auto" if gpu else "real"),
         "budget_s": a.budget_s or (330.0 if gpu else 150.0),
         "sweep": a.context_sweep,
@@ -103,6 +115,20 @@ def settings(a) -> dict:
         raise SystemExit("error: --gpu needs a CUDA device (torch.cuda.is_available() is False)")
     s["child_timeout_s"] = a.child_timeout_s or (0.45 if gpu else 0.6) * s["budget_s"]
     return s
+
+
+def parse_sample(spec: str) -> dict:
+    """"temperature=0.7,top_p=0.9,top_k=50" -> generation-config fields (int where the value is one)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise SystemExit(f"error: --sample part {part!r} is not NAME=VALUE")
+        try:
+            out[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise SystemExit(f"error: --sample {key}={value!r} is not a number") from None
+    return out
 
 
 def sweep_model(s) -> str:
@@ -156,20 +182,21 @@ def tiles_child(spec_path: str) -> int:
         model, tok, used = build_model(model_name, device, spec["weights"])
         wls = [Workload(model_name, p, spec["new_tokens"], used) for p in spec["prompts"]]
         floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
-        if "tiles-generate" in systems:
+        gen = [sy for sy in ("tiles-generate", "tiles-generate-sample") if sy in systems]
+        if gen:
             prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
-            rows_ = [R.new_row("tiles-generate", w) for w in wls]
+            rows_ = [(sy, w, R.new_row(sy, w)) for sy in gen for w in wls]
             try:
                 model, patch_s = T.patch(model)
             except Exception as e:
-                for r in rows_:
+                for _, _, r in rows_:
                     emit("row", R.fail(r, e))
                 log(f"tiles_ext.patch failed: {e}")
             else:
-                for w, r in zip(wls, rows_):
+                for sy, w, r in rows_:
                     r["one_time_s"]["patch"] = patch_s
                     R.run_guarded(r, T.tiles_generate, model, w, prompts[w.name], floors[w.name], spec["reps"],
-                                  device, spec["warmup"])
+                                  device, spec["warmup"], spec["sample"] if sy == "tiles-generate-sample" else None)
                     emit("row", r)
                 model = T.unpatch(model)
         if "tiles-op-multi" in systems or "tiles-op-single" in systems:
@@ -214,7 +241,7 @@ def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: lis
         with tempfile.TemporaryDirectory(prefix="tiles-bench-") as tmp:
             spec = {"device": s["device"], "models": [model], "prompts": s["prompts"],
                     "new_tokens": s["new_tokens"], "reps": s["reps"], "weights": s["weights"],
-                    "systems": s["systems"], "bandwidth": bw, "cpu_workers": s["cpu_workers"],
+                    "systems": s["systems"], "bandwidth": bw, "cpu_workers": s["cpu_workers"], "sample": s["sample"],
                     "out": os.path.join(tmp, "rows.jsonl"),
                     "sweep_contexts": s["sweep_contexts"] if s["sweep"] else [], "sweep_tokens": s["sweep_tokens"],
                     "sweep_model": sweep_model(s), "warmup": s["warmup"]}
@@ -306,7 +333,7 @@ def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) 
                     R.skip(r, budget.reason())
             else:
                 try:
-                    llamacpp.llamacpp_rows(lrows, model, wls, floors, s["reps"], device)
+                    llamacpp.llamacpp_rows(lrows, model, wls, floors, s["reps"], device, s["llama_bench"])
                 except Exception as e:
                     for r in lrows.values():
                         if r["status"] == "pending":
@@ -317,6 +344,7 @@ def baseline_rows(s, bw: float, device, budget: Budget, sweep: list, out: list) 
                     log(f"llama.cpp {r['workload']}: {r['status']} {r.get('reason') or ''}")
             out += list(lrows.values())
     guarded("hf-static-compile", B.static_compile_generate, min_left=40)
+    guarded("hf-compile-sample", B.static_compile_generate, s["sample"], min_left=40)
     models.clear()
     if device.type == "cuda":
         torch._dynamo.reset()

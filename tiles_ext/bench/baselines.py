@@ -28,17 +28,20 @@ def eager_generate(row, model, w, input_ids, floor_ms, reps, device, eager_token
     rows.finish(row, r["ms_per_token"], floor_ms)
 
 
-def static_compile_generate(row, model, w, input_ids, floor_ms, reps, device):
+def static_compile_generate(row, model, w, input_ids, floor_ms, reps, device, sample=None):
     """The documented recipe: cache_implementation="static" and a CompileConfig (torch.compile mode
     "reduce-overhead": CUDA graphs through cudagraph trees). Compiled graphs stay on the model between rows
     (model._compiled_call), so only a new cache shape recompiles."""
     if device.type != "cuda":
         return rows.skip(row, "torch.compile reduce-overhead (CUDA graphs) needs a CUDA device")
     from transformers.generation import CompileConfig
+    overrides = {"do_sample": True, **sample} if sample else {}
+    if sample:
+        row["notes"].append("sampling " + ", ".join(f"{k} {v}" for k, v in sample.items()))
     with peak_memory(device, row):
         r = time_generate(model, input_ids, w.new_tokens, reps, 2, device, f"static+compile {w.name}",
                           cache_implementation="static", compile_config=CompileConfig(mode="reduce-overhead"),
-                          disable_compile=False)
+                          disable_compile=False, **overrides)
     row["one_time_s"]["compile_and_warmup"] = r["warmup_s"][0]
     row["prefill_ms"] = r["prefill_ms"]
     rows.finish(row, r["ms_per_token"], floor_ms)

@@ -7,7 +7,7 @@ long (about 150 nvcc jobs), and the GPU machine has no registry, so the binary i
 
 builds llama-bench for sm_90 (static ggml/llama libraries; CUDA runtime and cuBLAS found at run time among the
 installed nvidia-* wheels or the CUDA toolkit) and packs it as .bench_llamacpp/llama-bench-cuda.tar.xz. The
-benchmark looks for, in order: $TILES_LLAMA_BENCH (a llama-bench binary), .bench_llamacpp/ (the tarball or an
+benchmark looks for, in order: --llama-bench PATH (a llama-bench binary), .bench_llamacpp/ (the tarball or an
 unpacked bin/llama-bench), llama-bench on PATH. Without one the row is skipped and says why.
 """
 from __future__ import annotations
@@ -33,15 +33,14 @@ NOT_FOUND = ("skipped: no llama.cpp CUDA build was carried to this machine. Buil
              "llama-cpp-python 0.3.36 sdist does not fit the benchmark's one GPU call: the sdist is 76.6 MB (over "
              "the 64 MiB a call carries) and its CUDA backend is ~150 nvcc jobs (minutes even on 16 cores). "
              "A prebuilt llama-bench (python -m tiles_ext.bench.llamacpp build, into .bench_llamacpp/, a few MB) "
-             "or TILES_LLAMA_BENCH enables this row")
+             "or --llama-bench PATH enables this row")
 
 
-def find_llama_bench() -> tuple[Path | None, str]:
-    """(path of a runnable llama-bench or None, where it came from or why none)."""
-    env = os.environ.get("TILES_LLAMA_BENCH")
-    if env:
-        p = Path(env)
-        return (p, "TILES_LLAMA_BENCH") if p.is_file() else (None, f"TILES_LLAMA_BENCH={env} is not a file")
+def find_llama_bench(given: str | None = None) -> tuple[Path | None, str]:
+    """(path of a runnable llama-bench or None, where it came from or why none). `given`: --llama-bench."""
+    if given:
+        p = Path(given)
+        return (p, "--llama-bench") if p.is_file() else (None, f"--llama-bench {given} is not a file")
     unpacked = CARRY_DIR / "bin" / "llama-bench"
     if unpacked.is_file():
         return unpacked, str(unpacked)
@@ -89,9 +88,9 @@ def run_llama_bench(binary: Path, gguf: Path, depths: list[int], new_tokens: int
     return json.loads(p.stdout)
 
 
-def llamacpp_rows(row_by_prompt: dict, model, workloads, floors: dict, reps: int, device) -> None:
+def llamacpp_rows(row_by_prompt: dict, model, workloads, floors: dict, reps: int, device, binary=None) -> None:
     """Fills one row per workload of this model (dict prompt_len -> row), from one llama-bench run."""
-    binary, where = find_llama_bench()
+    binary, where = find_llama_bench(binary)
     if binary is None:
         for r in row_by_prompt.values():
             rows.skip(r, where)

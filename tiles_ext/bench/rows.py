@@ -10,8 +10,11 @@ SYSTEMS = {
     "tiles-generate": ("Tiles, model.generate() on a patched model", "Tiles generate"),
     "tiles-op-multi": ("Tiles op alone, multi-token launches", "Tiles op xN"),
     "tiles-op-single": ("Tiles op alone, 1 token per launch", "Tiles op x1"),
+    "tiles-generate-sample": ("Tiles, model.generate() with sampling on a patched model", "Tiles sample"),
     "graph-step": ("compiled decode step replayed as a CUDA graph", "CUDA graph step"),
     "hf-static-compile": ("Transformers generate, static cache + torch.compile reduce-overhead", "HF compile"),
+    "hf-compile-sample": ("Transformers generate with sampling, static cache + torch.compile reduce-overhead",
+                          "HF compile sample"),
     "hf-eager": ("Transformers generate, eager (default cache)", "HF eager"),
     "llama.cpp": ("llama.cpp (CUDA, llama-bench)", "llama.cpp"),
 }

@@ -101,10 +101,15 @@ def op_rows(row_single, row_multi, model, w, floor_ms, reps, device, cpu_workers
     return d
 
 
-def tiles_generate(row, model, w, input_ids, floor_ms, reps, device, warmup=2):
-    """model.generate() on the patched model, timed like the Transformers rows."""
+def tiles_generate(row, model, w, input_ids, floor_ms, reps, device, warmup=2, sample=None):
+    """model.generate() on the patched model, timed like the Transformers rows; `sample`: the sampling settings
+    (generation-config fields, e.g. {"temperature": 0.7, "top_p": 0.9, "top_k": 50}) of a sampling row."""
+    overrides = {"do_sample": True, **sample} if sample else {}
+    if sample:
+        row["notes"].append("sampling " + ", ".join(f"{k} {v}" for k, v in sample.items()))
     with peak_memory(device, row):
-        r = time_generate(model, input_ids, w.new_tokens, reps, warmup, device, f"tiles generate {w.name}")
+        r = time_generate(model, input_ids, w.new_tokens, reps, warmup, device, f"tiles generate {w.name}",
+                          **overrides)
     row["one_time_s"]["first_generate"] = r["warmup_s"][0]
     row["prefill_ms"] = r["prefill_ms"]
     row["tokens"] = r["tokens"]

@@ -9,8 +9,15 @@ import torch
 from tiles_ext import families
 from tiles_ext.planner.shape import ModelShape
 
-CONFIG_FILES = {"llama-3.2-1b": "llama-3.2-1b-config.json", "smollm2-135m": "smollm2-135m-config.json"}
-MODEL_LABELS = {"llama-3.2-1b": "Llama-3.2-1B", "smollm2-135m": "SmolLM2-135M"}
+# The shipped configs the benchmark knows (configs/<key>-config.json), with their table labels. The README run takes
+# the first two; --zoo takes ZOO (the shapes users run, one per served family and size).
+MODEL_LABELS = {"llama-3.2-1b": "Llama-3.2-1B", "smollm2-135m": "SmolLM2-135M", "llama-3.2-3b": "Llama-3.2-3B",
+                "llama-3.1-8b": "Llama-3.1-8B", "qwen2.5-0.5b": "Qwen2.5-0.5B", "qwen2.5-7b": "Qwen2.5-7B",
+                "qwen3-0.6b": "Qwen3-0.6B", "qwen3-8b": "Qwen3-8B", "mistral-7b-v0.3": "Mistral-7B-v0.3",
+                "phi-3-mini-4k": "Phi-3-mini-4k"}
+CONFIG_FILES = {m: f"{m}-config.json" for m in MODEL_LABELS}
+ZOO = ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-0.6b", "qwen3-8b",
+       "mistral-7b-v0.3", "phi-3-mini-4k")
 
 # A fixed English text for prompts of the real model (repeated to length): deterministic and tokenizer-agnostic.
 PROMPT_TEXT = ("The history of the printing press begins in the fifteenth century, when movable metal type made "
