@@ -244,7 +244,7 @@ def test_corrupt_plan_fields_are_refused(model, plan, prompt):
     bound, cache = fresh(model, plan, prompt)
     i = _attn_tile(plan, 0)
     bound.runtime.plan_tensor[tile_word(plan, i, "out_buf")] = 10_000
-    with pytest.raises(RuntimeError, match=rf"bad plan: tile {i} \(ATTN\) out_buf \(partials\) = 10000 is not a "
+    with pytest.raises(RuntimeError, match=rf"bad plan: tile {i} \(attn\) out_buf \(partials\) = 10000 is not a "
                                            "buffer id"):
         bound.step(cache, 1, PROMPT)
     bound, cache = fresh(model, plan, prompt)
@@ -256,7 +256,7 @@ def test_corrupt_plan_fields_are_refused(model, plan, prompt):
     bound, cache = fresh(model, plan, prompt)
     j = next(k for k, t in enumerate(plan.tiles) if t[0] == fmt.Op.ATTN and t[fmt.TILE.index("aux1")] == 1)
     bound.runtime.plan_tensor[tile_word(plan, j, "out_offset")] = 1
-    with pytest.raises(RuntimeError, match=rf"bad plan: tile {j} \(ATTN, layer \d+\): out_offset \(MERGE next\)"):
+    with pytest.raises(RuntimeError, match=rf"bad plan: tile {j} \(attn, layer \d+\): out_offset \(MERGE next\)"):
         bound.step(cache, 1, PROMPT)
     bound, cache = fresh(model, plan, prompt)
     bound.runtime.header = list(bound.runtime.header)
