@@ -18,6 +18,10 @@ namespace {
 
 int64_t dtype_bytes(int32_t dt) { return dt == kDTypeBf16 ? 2 : 4; }
 
+std::string slot_name(int32_t slot) {
+  return slot >= 0 && slot < kNumSlots ? kSlotNames[slot] : c10::str("slot ", slot);
+}
+
 // The weight table is the header's layout and shapes, entry by entry: the tile checks below then read shapes from
 // the table alone.
 void check_weight_table(const PlanView& p) {
@@ -124,6 +128,16 @@ struct TileChecker {
     TORCH_CHECK(e.cols == 0 && e.rows == n, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ") ",
                 field, " = weight ", w, " is not a norm vector of ", n, " elements");
   }
+  // Weight `w` is the `slot` vector of this tile's layer, of `n` elements.
+  void layer_vector(int32_t w, int32_t slot, int64_t n, const char* field) const {
+    TORCH_CHECK(w >= 0 && w < p.h.num_weights, "tiles::decode_step: bad plan: tile ", i, " (", op_name(t.op), ") ",
+                field, " = ", w, " is not a weight index [0, ", p.h.num_weights, ")");
+    const Weight& e = p.weights[w];
+    TORCH_CHECK(e.slot == slot && e.layer == t.layer && e.cols == 0 && e.rows == n, "tiles::decode_step: bad plan: "
+                "tile ", i, " (", op_name(t.op), ", layer ", t.layer, ") ", field, " = weight ", w, " is ",
+                slot_name(e.slot), " of layer ", e.layer, " [", e.rows, ", ", e.cols, "], the tile needs ",
+                slot_name(slot), " of its layer, a vector of ", n, " elements");
+  }
   void rows() const { fail_if(t.row_begin < 0 || t.row_end <= t.row_begin, "empty or negative row range"); }
   void layer() const { fail_if(t.layer < 0 || t.layer >= p.h.num_layers, "layer out of range"); }
 
@@ -153,6 +167,24 @@ struct TileChecker {
     fail_if(t.out_offset < 0, "negative out_offset");
     buffer(t.out_buf, kDTypeBf16, int64_t(t.out_offset) + rows_n(), "out_buf");
   }
+  // QKV weight2: -1, or the bias vector of the weight's q/k/v rows (q_bias for q, ...), of the same layer.
+  void qkv_bias() const {
+    if (t.weight2 == -1) return;
+    const Weight& w = p.weights[t.weight];
+    const int32_t slot = w.slot == kSlotQ ? kSlotQBias : w.slot == kSlotK ? kSlotKBias
+                       : w.slot == kSlotV ? kSlotVBias : -1;
+    fail_if(slot < 0, "weight2 (bias) is set, but the weight is not a q, k or v projection");
+    layer_vector(t.weight2, slot, w.rows, "weight2 (bias)");
+  }
+  void qkv() const {
+    normed_matvec();
+    qkv_bias();
+  }
+  // ATTN norm / weight2: -1, or the per-head RMSNorm weight of q / of k (q_norm / k_norm of the tile's layer).
+  void attn_norms() const {
+    if (t.norm != -1) layer_vector(t.norm, kSlotQNorm, hd(), "norm (q_norm)");
+    if (t.weight2 != -1) layer_vector(t.weight2, kSlotKNorm, hd(), "weight2 (k_norm)");
+  }
   void attn() const {
     layer();
     fail_if(t.aux0 < 0 || t.aux0 >= p.h.num_kv_heads, "kv head (aux0) out of range");
@@ -161,6 +193,7 @@ struct TileChecker {
     buffer(t.in2_buf, kDTypeBf16, kv_width(), "in2_buf (K_new)");
     buffer(t.in3_buf, kDTypeBf16, kv_width(), "in3_buf (V_new)");
     buffer(t.out_buf, kDTypeF32, partials(), "out_buf (partials)");
+    attn_norms();
     if (t.out_offset != 0) {
       const int32_t j = nb.next[i];
       fail_if(t.out_offset != 1 || t.aux1 != 0 || j < 0 || p.tiles[j].op != kOpMerge || p.tiles[j].layer != t.layer ||
@@ -211,7 +244,7 @@ struct TileChecker {
     waits_and_signal();
     switch (t.op) {
       case kOpEmbed: return embed();
-      case kOpQkv:
+      case kOpQkv: return qkv();
       case kOpGateup: return normed_matvec();
       case kOpAttn: return attn();
       case kOpMerge: return merge();

@@ -101,17 +101,23 @@ void rope(const float* x, const float* cos, const float* sin, int64_t hd, float*
   }
 }
 
-// A bf16 head vector (hd elements of `src`) widened to fp32 (exact).
-void load_head(const uint16_t* src, int64_t hd, float* x) {
-  for (int64_t d = 0; d < hd; ++d) x[d] = bf16_to_f32(src[d]);
+// The bf16 head vector x (hd elements of `src`), widened to fp32 and, where the tile names a per-head RMSNorm
+// weight (norm >= 0: q_norm / k_norm), normalised as any RMSNorm over the head: bf16 values again, exact in fp32.
+void load_head(const LaunchIO& io, const uint16_t* src, int64_t hd, int32_t norm, float* x, float* tmp) {
+  for (int64_t d = 0; d < hd; ++d) tmp[d] = bf16_to_f32(src[d]);
+  if (norm < 0) {
+    std::copy(tmp, tmp + hd, x);
+    return;
+  }
+  rmsnorm(tmp, hd, io.weights[norm], io.eps, x);
 }
 
-// The partition that owns the new position rotates K_new and stores it with V_new before any partition reads the
-// cache.
+// The partition that owns the new position normalises (k_norm) and rotates K_new and stores it with V_new before
+// any partition reads the cache.
 void attn_append_kv(const LaunchIO& io, const StepIO& st, const Tile& t, uint16_t* kc, uint16_t* vc) {
   const int64_t hd = io.plan->h.head_dim, kvh = t.aux0, pos = st.pos;
-  std::vector<float> x(hd), rot(hd);
-  load_head(buf<uint16_t>(io, t.in2_buf) + kvh * hd, hd, x.data());
+  std::vector<float> x(hd), tmp(hd), rot(hd);
+  load_head(io, buf<uint16_t>(io, t.in2_buf) + kvh * hd, hd, t.weight2, x.data(), tmp.data());
   rope(x.data(), st.cos, st.sin, hd, rot.data());
   const uint16_t* vn = buf<uint16_t>(io, t.in3_buf) + kvh * hd;
   for (int64_t d = 0; d < hd; ++d) {
@@ -158,10 +164,10 @@ void run_attn(const LaunchIO& io, const StepIO& st, const Tile& t) {
   if (lo <= pos && pos < hi) attn_append_kv(io, st, t, kc, vc);
   const uint16_t* q = buf<uint16_t>(io, t.in_buf);
   float* parts = buf<float>(io, t.out_buf);
-  std::vector<float> x(hd), rot(hd);
+  std::vector<float> x(hd), tmp(hd), rot(hd);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t qh = kvh * G + g;
-    load_head(q + qh * hd, hd, x.data());
+    load_head(io, q + qh * hd, hd, t.norm, x.data(), tmp.data());
     rope(x.data(), st.cos, st.sin, hd, rot.data());
     attn_head(h, rot.data(), kc, vc, lo, hi, parts + ((kvh * P + p) * G + g) * (hd + 2));
   }
@@ -212,12 +218,21 @@ std::vector<float> normed_input(const LaunchIO& io, const Tile& t) {
   return hn;
 }
 
+// weight2 >= 0: the bias of the weight's rows, added to the fp32 dot before the one rounding. Without a bias no
+// add at all, so that a -0.0 dot keeps its sign (Llama plans stay bit-identical).
 void run_qkv(const LaunchIO& io, const Tile& t) {
   const int64_t H = io.plan->h.hidden;
   const std::vector<float> hn = normed_input(io, t);
   const uint16_t* w = io.weights[t.weight];
   uint16_t* out = buf<uint16_t>(io, t.out_buf) + t.out_offset - t.row_begin;
-  for_rows(t.row_begin, t.row_end, H, [&](int64_t r) { out[r] = f32_to_bf16(dot_w(w + r * H, hn.data(), H)); });
+  if (t.weight2 < 0) {
+    for_rows(t.row_begin, t.row_end, H, [&](int64_t r) { out[r] = f32_to_bf16(dot_w(w + r * H, hn.data(), H)); });
+    return;
+  }
+  const uint16_t* bias = io.weights[t.weight2];
+  for_rows(t.row_begin, t.row_end, H, [&](int64_t r) {
+    out[r] = f32_to_bf16(dot_w(w + r * H, hn.data(), H) + bf16_to_f32(bias[r]));
+  });
 }
 
 void run_resid(const LaunchIO& io, const Tile& t) {
