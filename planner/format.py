@@ -54,6 +54,32 @@ Ops (buffers named by id into the buffer table; "row r" means output row r of th
            out_buf[2*aux0] = max (fp32), out_buf[2*aux0+1] = index (int32 bits).
   ARGMAX   reduces in_buf's aux0 partials (max, lowest index on ties) into tokens[s] (int64 output).
            If tokens[s] is an EOS id or s + 1 == num_steps the launch ends after step s.
+
+Sampling (the op's optional `sampler` tensor: int32, sampler_words(vocab, lm_tiles) words, SAMPLER_* below)
+----------------------------------------------------------------------------------------------------------
+With a sampler the LMHEAD and ARGMAX tiles pick tokens[s] from the step's logits as Transformers' processors and
+`_sample` would, in Transformers' order; the op still returns the raw logits. The token of step s has absolute
+position t = pos + 1 (its index in the sequence). Every executor computes, in fp32 with IEEE rounding and no
+contraction (csrc/sampler_math.h holds the one definition both compile):
+  1. score_i = logit_i; seen(i) (the seen bitmap) and penalty != 1: score_i < 0 ? score_i * penalty
+     : score_i / penalty (RepetitionPenaltyLogitsProcessor);
+  2. t < eos_suppress_until: score_i = -inf for every id of suppress_ids (MinNewTokensLengthLogitsProcessor);
+  3. temperature != 1: score_i / temperature (TemperatureLogitsWarper).
+  A NaN or +inf score, or no score above -inf, is the error BAD_LOGITS (the lowest such id, or -1): never drawn.
+  GREEDY mode: tokens[s] = argmax of the scores (lowest id on ties). SAMPLE mode:
+  4. top_k > 0: keep score_i >= the k-th largest score, k = min(top_k, vocab) (ties at the k-th all kept);
+  5. the kept ids in canonical order (score descending, id ascending) L[0..n), e_j = exp(L_j - L_0) (the shared
+     exp), S = e_0 + ... + e_{n-1} (this order); top_p_cut > 0: p_j = e_j / S, the suffix sums
+     c_j = p_{n-1} + ... + p_j (from the end), keep the prefix L[0..m) with m = 1 + #{j >= 1: c_j > top_p_cut}
+     (TopPLogitsWarper: ascending cumulative probabilities <= 1 - top_p removed, the largest kept);
+  6. min_p > 0: S' = e_0 + ... + e_{m-1}, remove j with e_j / S' < min_p * (1 / S') (MinPLogitsWarper), j = 0 kept;
+  7. the draw: u = (x0 >> 8) * 2^-24 with (x0, ..) = Philox4x32-10(counter (t, 0, 0, 0), key (seed_lo, seed_hi));
+     over the kept ids in canonical order, S'' = their e_j summed in order, tokens[s] = the first whose running
+     sum of e_j exceeds u * S'' (the last kept id with e_j > 0 if rounding leaves none).
+  The ARGMAX tile sets the bit of tokens[s] in the seen bitmap. The CUDA kernel's LMHEAD tiles hand the ARGMAX
+  tile their local candidates (rows >= the tile's local k-th score) through the candidate slots: it serves
+  1 <= top_k <= CAND_CAP in SAMPLE mode and raises SAMPLER_OVERFLOW where the candidates exceed its slots (top_k
+  outside that range, more than CAND_SLOT in a tile or KEPT_CAP in all: ties), never a silent drop.
 """
 from __future__ import annotations
 
@@ -130,6 +156,8 @@ class ErrorCode(enum.IntEnum):
     CACHE_FULL = 2       # position + step reached the KV cache's capacity
     BAD_TOKEN = 3        # token id outside the vocabulary
     BAD_PLAN = 4         # the device plan does not match the header it was launched with
+    BAD_LOGITS = 5       # a sampler's scores hold NaN or +inf, or nothing above -inf: nothing is drawn
+    SAMPLER_OVERFLOW = 6  # more sampling candidates than the CUDA kernel's slots hold (top_k range, ties)
 
 
 # What each error means, and the detail its words carry ({seen} / {wanted}: ERROR_SEEN / ERROR_WANTED as signed
@@ -140,12 +168,17 @@ ERROR_TEXTS = {
     ErrorCode.CACHE_FULL: "position + step reached the KV cache's capacity",
     ErrorCode.BAD_TOKEN: "a token id outside the vocabulary",
     ErrorCode.BAD_PLAN: "the device plan does not match the header it was launched with",
+    ErrorCode.BAD_LOGITS: "a NaN or +inf score, or no score above -inf, where the sampler draws (never drawn from)",
+    ErrorCode.SAMPLER_OVERFLOW: ("more sampling candidates than the CUDA kernel holds (top_k outside 1..CAND_CAP, "
+                                 "or ties at the k-th score)"),
 }
 ERROR_DETAILS = {
     ErrorCode.WAIT_TIMEOUT: "counter {counter} was at {seen_u}, waited for {wanted_u}",
     ErrorCode.CACHE_FULL: "position {seen} with max_cache_len {wanted}",
     ErrorCode.BAD_TOKEN: "token {seen} with vocab {wanted}",
     ErrorCode.BAD_PLAN: "device word {seen}, header says {wanted}",
+    ErrorCode.BAD_LOGITS: "token id {seen} (-1: every score is -inf) for the token at position {wanted}",
+    ErrorCode.SAMPLER_OVERFLOW: "{seen} candidates where the kernel holds {wanted}",
 }
 # The detail of a WAIT_TIMEOUT whose ERROR_COUNTER is FLAG_WAIT_COUNTER (a poll of flagged input words).
 FLAG_WAIT_DETAIL = "a flagged input word carried epoch {seen_u}, waited for {wanted_u}"
@@ -311,13 +344,78 @@ WAIT_FIELDS = [
 class Layout:
     name: str
     fields: list
+    counts: dict = None   # field -> words, for the array fields (every other field is one word)
+
+    def size(self, field: str) -> int:
+        return (self.counts or {}).get(field, 1)
 
     @property
     def words(self) -> int:
-        return len(self.fields)
+        return sum(self.size(f) for f, _ in self.fields)
 
     def index(self, field: str) -> int:
-        return [f for f, _ in self.fields].index(field)
+        """Word offset of the field."""
+        names = [f for f, _ in self.fields]
+        return sum(self.size(f) for f in names[:names.index(field)])
+
+
+# --- the sampler tensor -----------------------------------------------------------------------------------------
+# [Sampler header: SAMPLER_HEADER_WORDS][candidate slots: lm_tiles x CAND_SLOT_WORDS][seen bitmap: SEEN_WORDS(vocab)]
+# One int32 device tensor per generate call: its settings, no recompilation per call and nothing baked into a CUDA
+# graph; the seen bitmap persists across the call's launches. The host fills the header and the bitmap (the prompt's
+# ids); the executors never change the header, the CUDA LMHEAD tiles rewrite their candidate slot every step and the
+# ARGMAX tile sets each picked id's bit. The EOS ids that end a launch stay the op's eos_ids argument.
+CAND_CAP = 64     # the largest top_k the CUDA kernel's candidate path serves
+CAND_SLOT = 128   # candidates one LMHEAD tile hands the ARGMAX tile: its local top_k and the ties at its k-th
+KEPT_CAP = 128    # the kept set after top_k (k and the ties at the k-th) the CUDA ARGMAX tile sorts
+SAMPLER_HEADER_WORDS = 32  # one 128-byte line: the fields below, then zeros
+
+
+class SampleMode(enum.IntEnum):
+    GREEDY = 0   # argmax of the processed scores (a greedy call with a repetition penalty or min_new_tokens)
+    SAMPLE = 1   # filters, then the draw
+
+
+SAMPLER_FIELDS = [
+    ("mode", "SampleMode"),
+    ("top_k", "keep the top_k largest scores, ties at the k-th kept; 0 = off"),
+    ("eos_suppress_until", "tokens at positions below it see suppress_ids at -inf (min_new_tokens); 0 = off"),
+    ("seed_lo", "Philox key word 0"),
+    ("seed_hi", "Philox key word 1"),
+    ("temperature_bits", "float32 bits: scores are divided by it; 1.0 = off"),
+    ("top_p_cut_bits", "float32 bits of 1 - top_p (rounded once from double, as Transformers compares); 0 = off"),
+    ("min_p_bits", "float32 bits: scores with probability below min_p x the largest are removed; 0 = off"),
+    ("penalty_bits", "float32 bits of repetition_penalty, over the seen bitmap's ids; 1.0 = off"),
+    ("num_suppress", "ids in suppress_ids (MinNewTokensLengthLogitsProcessor's eos_token_id), 0..MAX_EOS"),
+    ("suppress_ids", "the ids eos_suppress_until holds at -inf; unused entries 0"),
+]
+# An LMHEAD tile's candidate slot: this header, then CAND_SLOT (score float bits, id) pairs.
+CAND_FIELDS = [
+    ("count", "pairs written; above CAND_SLOT: the tile had that many (SAMPLER_OVERFLOW), none written"),
+    ("bad", "lowest row with a NaN or +inf score, or -1"),
+    ("kth_bits", "float32 bits of the tile's local k-th score (the candidates are the rows >= it)"),
+    ("reserved", "0"),
+]
+CAND_SLOT_WORDS = len(CAND_FIELDS) + 2 * CAND_SLOT
+
+
+def seen_words(vocab: int) -> int:
+    """Words of the seen bitmap: bit (id & 31) of word (id >> 5) is set for every id seen."""
+    return (vocab + 31) // 32
+
+
+def sampler_cand_offset(slot: int) -> int:
+    """Word offset of LM partial slot `slot`'s candidates."""
+    return SAMPLER_HEADER_WORDS + slot * CAND_SLOT_WORDS
+
+
+def sampler_seen_offset(lm_tiles: int) -> int:
+    return SAMPLER_HEADER_WORDS + lm_tiles * CAND_SLOT_WORDS
+
+
+def sampler_words(vocab: int, lm_tiles: int) -> int:
+    """Words of the sampler tensor of a plan with this vocab and lm_tiles (the op checks its size)."""
+    return sampler_seen_offset(lm_tiles) + seen_words(vocab)
 
 
 HEADER = Layout("Header", HEADER_FIELDS)
@@ -325,7 +423,10 @@ BUFFER = Layout("Buffer", BUFFER_FIELDS)
 TILE = Layout("Tile", TILE_FIELDS)
 WAIT = Layout("Wait", WAIT_FIELDS)
 WEIGHT = Layout("Weight", WEIGHT_FIELDS)
-LAYOUTS = (HEADER, BUFFER, TILE, WAIT, WEIGHT)
+SAMPLER = Layout("SamplerSettings", SAMPLER_FIELDS, counts={"suppress_ids": MAX_EOS})
+CANDIDATES = Layout("Candidates", CAND_FIELDS)
+LAYOUTS = (HEADER, BUFFER, TILE, WAIT, WEIGHT, SAMPLER, CANDIDATES)
+assert SAMPLER.words <= SAMPLER_HEADER_WORDS
 
 
 def float_bits(x: float) -> int:
@@ -366,13 +467,19 @@ def _render_constants() -> list[str]:
         f"constexpr int32_t kNumSlots = {len(SLOTS)};",
         f"constexpr int32_t kMaxLayerSlots = {MAX_LAYER_SLOTS};",
         f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",
+        f"constexpr int32_t kCandCap = {CAND_CAP};",
+        f"constexpr int32_t kCandSlot = {CAND_SLOT};",
+        f"constexpr int32_t kKeptCap = {KEPT_CAP};",
+        f"constexpr int32_t kSamplerHeaderWords = {SAMPLER_HEADER_WORDS};",
+        f"constexpr int32_t kCandSlotWords = {CAND_SLOT_WORDS};",
         "",
     ]
 
 
 def _render_enums() -> list[str]:
     out = []
-    for enum_cls, prefix in ((Op, "kOp"), (DType, "kDType"), (StateWord, "kState"), (ErrorCode, "kError")):
+    for enum_cls, prefix in ((Op, "kOp"), (DType, "kDType"), (StateWord, "kState"), (ErrorCode, "kError"),
+                             (SampleMode, "kMode")):
         out.append(f"// {enum_cls.__name__}")
         out += [f"constexpr int32_t {prefix}{_camel(m.name)} = {int(m)};" for m in enum_cls]
         out.append("")
@@ -412,7 +519,8 @@ def _render_layouts() -> list[str]:
     out = []
     for lay in LAYOUTS:
         out.append(f"struct {lay.name} {{")
-        out += [f"  int32_t {f};  // {meaning}" for f, meaning in lay.fields]
+        out += [f"  int32_t {f}{'' if lay.size(f) == 1 else f'[{lay.size(f)}]'};  // {meaning}"
+                for f, meaning in lay.fields]
         out.append("};")
         out.append(f"static_assert(sizeof({lay.name}) == {lay.words} * 4, \"{lay.name} layout\");")
         out.append(f"constexpr int32_t k{lay.name}Words = {lay.words};")
@@ -479,6 +587,20 @@ def _render_rules() -> list[str]:
         "  int32_t l = p * per < n ? p * per : n;",
         "  *lo = l;",
         "  *hi = l + per < n ? l + per : n;",
+        "}",
+        "",
+        "// The sampler tensor's layout (planner/format.py: sampler_cand_offset, sampler_seen_offset, sampler_words).",
+        hd,
+        "constexpr int64_t sampler_cand_offset(int32_t slot) {",
+        "  return kSamplerHeaderWords + int64_t(slot) * kCandSlotWords;",
+        "}",
+        hd,
+        "constexpr int64_t sampler_seen_offset(int32_t lm_tiles) { return sampler_cand_offset(lm_tiles); }",
+        hd,
+        "constexpr int64_t seen_words(int32_t vocab) { return (int64_t(vocab) + 31) / 32; }",
+        hd,
+        "constexpr int64_t sampler_words(int32_t vocab, int32_t lm_tiles) {",
+        "  return sampler_seen_offset(lm_tiles) + seen_words(vocab);",
         "}",
         "",
         "// Whether the CUDA kernel's attention warp path takes this shape (planner/format.py: attn_warps_fit).",

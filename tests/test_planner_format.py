@@ -22,8 +22,9 @@ def test_committed_header_is_rendered(text):
 def test_struct_fields_in_order(text, layout):
     body = re.search(r"struct %s \{(.*?)\};" % layout.name, text, re.S)
     assert body, f"struct {layout.name} missing"
-    fields = re.findall(r"int32_t (\w+);", body.group(1))
-    assert fields == [f for f, _ in layout.fields]
+    fields = re.findall(r"int32_t (\w+)(?:\[(\d+)\])?;", body.group(1))
+    assert [f for f, _ in fields] == [f for f, _ in layout.fields]
+    assert [int(n or 1) for _, n in fields] == [layout.size(f) for f, _ in layout.fields]
     assert f"constexpr int32_t k{layout.name}Words = {layout.words};" in text
 
 
@@ -38,7 +39,7 @@ def camel(name):
 def test_enums_and_constants(text):
     c = constants(text)
     for enum_cls, prefix in ((fmt.Op, "kOp"), (fmt.DType, "kDType"), (fmt.StateWord, "kState"),
-                             (fmt.ErrorCode, "kError")):
+                             (fmt.ErrorCode, "kError"), (fmt.SampleMode, "kMode")):
         for m in enum_cls:
             assert c[prefix + camel(m.name)] == int(m)
     assert c["kMagic"] == fmt.MAGIC and c["kFormatVersion"] == fmt.FORMAT_VERSION

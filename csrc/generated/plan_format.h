@@ -18,6 +18,11 @@ constexpr int32_t kAttnWarpsHeadDim = 64;
 constexpr int32_t kNumSlots = 17;
 constexpr int32_t kMaxLayerSlots = 14;
 constexpr int32_t kFlagWaitCounter = -2;
+constexpr int32_t kCandCap = 64;
+constexpr int32_t kCandSlot = 128;
+constexpr int32_t kKeptCap = 128;
+constexpr int32_t kSamplerHeaderWords = 32;
+constexpr int32_t kCandSlotWords = 260;
 
 // Op
 constexpr int32_t kOpEmbed = 1;
@@ -51,6 +56,12 @@ constexpr int32_t kErrorWaitTimeout = 1;
 constexpr int32_t kErrorCacheFull = 2;
 constexpr int32_t kErrorBadToken = 3;
 constexpr int32_t kErrorBadPlan = 4;
+constexpr int32_t kErrorBadLogits = 5;
+constexpr int32_t kErrorSamplerOverflow = 6;
+
+// SampleMode
+constexpr int32_t kModeGreedy = 0;
+constexpr int32_t kModeSample = 1;
 
 // Weight slots (SLOTS): the `slot` of a Weight record.
 constexpr int32_t kSlotInputNorm = 0;
@@ -109,6 +120,8 @@ constexpr const char* kErrorNames[] = {
     "CACHE_FULL",
     "BAD_TOKEN",
     "BAD_PLAN",
+    "BAD_LOGITS",
+    "SAMPLER_OVERFLOW",
 };
 constexpr const char* kErrorTexts[] = {
     "",
@@ -116,6 +129,8 @@ constexpr const char* kErrorTexts[] = {
     "position + step reached the KV cache's capacity",
     "a token id outside the vocabulary",
     "the device plan does not match the header it was launched with",
+    "a NaN or +inf score, or no score above -inf, where the sampler draws (never drawn from)",
+    "more sampling candidates than the CUDA kernel holds (top_k outside 1..CAND_CAP, or ties at the k-th score)",
 };
 constexpr const char* kErrorDetails[] = {
     "",
@@ -123,8 +138,10 @@ constexpr const char* kErrorDetails[] = {
     "position {seen} with max_cache_len {wanted}",
     "token {seen} with vocab {wanted}",
     "device word {seen}, header says {wanted}",
+    "token id {seen} (-1: every score is -inf) for the token at position {wanted}",
+    "{seen} candidates where the kernel holds {wanted}",
 };
-constexpr int32_t kNumErrorCodes = 5;
+constexpr int32_t kNumErrorCodes = 7;
 constexpr const char* kFlagWaitDetail = "a flagged input word carried epoch {seen_u}, waited for {wanted_u}";
 constexpr const char* kErrorMessage = "tiles decode kernel error {name} ({meaning}) in worker {worker}, {where}, step {step}: {detail}. The state keeps the error and later launches on it do nothing: make a new runtime/state.";
 constexpr const char* kTileWhere = "tile {tile} ({tile_name})";
@@ -226,6 +243,31 @@ struct Weight {
 static_assert(sizeof(Weight) == 4 * 4, "Weight layout");
 constexpr int32_t kWeightWords = 4;
 
+struct SamplerSettings {
+  int32_t mode;  // SampleMode
+  int32_t top_k;  // keep the top_k largest scores, ties at the k-th kept; 0 = off
+  int32_t eos_suppress_until;  // tokens at positions below it see suppress_ids at -inf (min_new_tokens); 0 = off
+  int32_t seed_lo;  // Philox key word 0
+  int32_t seed_hi;  // Philox key word 1
+  int32_t temperature_bits;  // float32 bits: scores are divided by it; 1.0 = off
+  int32_t top_p_cut_bits;  // float32 bits of 1 - top_p (rounded once from double, as Transformers compares); 0 = off
+  int32_t min_p_bits;  // float32 bits: scores with probability below min_p x the largest are removed; 0 = off
+  int32_t penalty_bits;  // float32 bits of repetition_penalty, over the seen bitmap's ids; 1.0 = off
+  int32_t num_suppress;  // ids in suppress_ids (MinNewTokensLengthLogitsProcessor's eos_token_id), 0..MAX_EOS
+  int32_t suppress_ids[8];  // the ids eos_suppress_until holds at -inf; unused entries 0
+};
+static_assert(sizeof(SamplerSettings) == 18 * 4, "SamplerSettings layout");
+constexpr int32_t kSamplerSettingsWords = 18;
+
+struct Candidates {
+  int32_t count;  // pairs written; above CAND_SLOT: the tile had that many (SAMPLER_OVERFLOW), none written
+  int32_t bad;  // lowest row with a NaN or +inf score, or -1
+  int32_t kth_bits;  // float32 bits of the tile's local k-th score (the candidates are the rows >= it)
+  int32_t reserved;  // 0
+};
+static_assert(sizeof(Candidates) == 4 * 4, "Candidates layout");
+constexpr int32_t kCandidatesWords = 4;
+
 constexpr int32_t kModelSlotMask = 3584;
 // Slots per layer, model slots (planner/weights.py: WeightLayout).
 inline int32_t popcount32(int32_t m) { int32_t n = 0; for (; m; m &= m - 1) ++n; return n; }
@@ -288,6 +330,28 @@ inline void attn_partition_range(int32_t n, int32_t p, int32_t partitions, int32
   int32_t l = p * per < n ? p * per : n;
   *lo = l;
   *hi = l + per < n ? l + per : n;
+}
+
+// The sampler tensor's layout (planner/format.py: sampler_cand_offset, sampler_seen_offset, sampler_words).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int64_t sampler_cand_offset(int32_t slot) {
+  return kSamplerHeaderWords + int64_t(slot) * kCandSlotWords;
+}
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int64_t sampler_seen_offset(int32_t lm_tiles) { return sampler_cand_offset(lm_tiles); }
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int64_t seen_words(int32_t vocab) { return (int64_t(vocab) + 31) / 32; }
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int64_t sampler_words(int32_t vocab, int32_t lm_tiles) {
+  return sampler_seen_offset(lm_tiles) + seen_words(vocab);
 }
 
 // Whether the CUDA kernel's attention warp path takes this shape (planner/format.py: attn_warps_fit).
