@@ -201,4 +201,12 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
   check_small_args(h, input_ids, position, rope_inv_freq, num_steps, eos_ids, device);
 }
 
+void check_sampler(const Header& h, const at::Tensor& sampler, c10::Device device) {
+  check_tensor(sampler, "sampler", at::kInt, device);
+  const int64_t words = sampler_words(h.vocab, h.lm_tiles);
+  TORCH_CHECK(sampler.dim() == 1 && sampler.numel() == words, "tiles::decode_step: sampler has shape ",
+              shape_str(sampler), ", expected [", words, "] (sampler_words(vocab ", h.vocab, ", lm_tiles ",
+              h.lm_tiles, "): tiles_ext.sampling.make_sampler builds it for the plan)");
+}
+
 }  // namespace tiles

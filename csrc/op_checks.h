@@ -23,6 +23,9 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
                             const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
                             int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device);
 
+// The decode_step sampler: a contiguous 1-D int32 tensor of sampler_words(vocab, lm_tiles) words on `device`.
+void check_sampler(const Header& h, const at::Tensor& sampler, c10::Device device);
+
 // Max cache length (dim 2 of every k/v cache tensor); valid after check_decode_step_args.
 inline int64_t max_cache_len(at::TensorList k_cache) { return k_cache[0].size(2); }
 

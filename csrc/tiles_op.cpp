@@ -12,7 +12,12 @@ TORCH_LIBRARY(tiles, m) {
   m.def(
       "decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, Tensor(b!)[] v_cache, "
       "Tensor(c!) scratch, Tensor(d!) state, Tensor input_ids, Tensor position, Tensor rope_inv_freq, "
-      "float rope_scale, int num_steps, int[] eos_ids, int order_seed=0) -> (Tensor logits, Tensor tokens)");
+      "float rope_scale, int num_steps, int[] eos_ids, int order_seed=0, Tensor(e!)? sampler=None) "
+      "-> (Tensor logits, Tensor tokens)");
+  // The sampler of planner/format.py ("Sampling") on one logits row: kept (bool, the logits' shape) marks the final
+  // kept set, token ([1] int64) the id drawn for absolute position `position` (the greedy pick in GREEDY mode). The
+  // sampler is only read (no seen bit is set). Both executors run the arithmetic their decode_step tiles run.
+  m.def("sample_logits(Tensor logits, Tensor sampler, int position) -> (Tensor kept, Tensor token)");
   // The benchmark's read pass (tiles_ext/bench/bandwidth.py, csrc/read_checksum.h): the sum of x's 32-bit words.
   m.def("read_checksum(Tensor x) -> Tensor");
   // Tile names and error messages as the C++ op prints them (csrc/plan_names.h), as UTF-8 bytes: the names of

@@ -20,8 +20,8 @@ CUDA_DIR = REPO / "csrc" / "cuda"
 OP = "tiles::decode_step"
 SCHEMA = ("tiles::decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, "
           "Tensor(b!)[] v_cache, Tensor(c!) scratch, Tensor(d!) state, Tensor input_ids, Tensor position, "
-          "Tensor rope_inv_freq, float rope_scale, int num_steps, int[] eos_ids, int order_seed=0) "
-          "-> (Tensor logits, Tensor tokens)")
+          "Tensor rope_inv_freq, float rope_scale, int num_steps, int[] eos_ids, int order_seed=0, "
+          "Tensor(e!)? sampler=None) -> (Tensor logits, Tensor tokens)")
 # Same device flags as setup.py's NVCC_COMMON + the default arch (keep the two in step).
 NVCC_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
               "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",

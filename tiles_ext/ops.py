@@ -1,5 +1,5 @@
-"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, read_checksum, and the
-names ops describe_tiles / describe_error).
+"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, sample_logits,
+read_checksum, and the names ops describe_tiles / describe_error).
 
 Callers go through tiles_ext.runtime.TileRuntime.step, which owns the plan tensor, scratch and state.
 
@@ -17,7 +17,7 @@ _H = {name: i for i, (name, _) in enumerate(fmt.HEADER_FIELDS)}
 
 @torch.library.register_fake("tiles::decode_step")
 def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, state, input_ids, position,
-                      rope_inv_freq, rope_scale, num_steps, eos_ids, order_seed=0):
+                      rope_inv_freq, rope_scale, num_steps, eos_ids, order_seed=0, sampler=None):
     # Shapes and dtypes only (never data): the real kernels check everything else, including values.
     torch._check(len(plan_header) == fmt.HEADER.words,
                  lambda: f"plan_header has {len(plan_header)} words, expected {fmt.HEADER.words}")
@@ -45,9 +45,22 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
                  lambda: f"rope_inv_freq dtype {rope_inv_freq.dtype}, expected torch.float32")
     torch._check(1 <= num_steps <= fmt.MAX_STEPS, lambda: f"num_steps {num_steps} outside 1..{fmt.MAX_STEPS}")
     torch._check(len(eos_ids) <= fmt.MAX_EOS, lambda: f"{len(eos_ids)} eos ids, at most {fmt.MAX_EOS}")
+    if sampler is not None:
+        words = fmt.sampler_words(vocab, int(plan_header[_H["lm_tiles"]]))
+        torch._check(sampler.dtype == torch.int32 and sampler.dim() == 1 and sampler.shape[0] == words,
+                     lambda: f"sampler {sampler.dtype} {tuple(sampler.shape)}, expected int32 ({words},)")
     logits = plan.new_empty((num_steps, vocab), dtype=torch.float32)
     tokens = plan.new_empty((num_steps,), dtype=torch.int64)
     return logits, tokens
+
+
+@torch.library.register_fake("tiles::sample_logits")
+def _sample_logits_fake(logits, sampler, position):
+    # kept: a bool mask of the logits' shape; token: the drawn id, [1] int64.
+    torch._check(logits.dtype == torch.float32, lambda: f"logits dtype {logits.dtype}, expected torch.float32")
+    torch._check(sampler.dtype == torch.int32 and sampler.dim() == 1,
+                 lambda: f"sampler {sampler.dtype} {tuple(sampler.shape)}, expected a 1-D int32 tensor")
+    return torch.empty_like(logits, dtype=torch.bool), logits.new_empty((1,), dtype=torch.int64)
 
 
 @torch.library.register_fake("tiles::read_checksum")

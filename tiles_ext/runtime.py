@@ -114,13 +114,15 @@ class TileRuntime:
         return self.handoff == "flags"
 
     def step(self, weights, k_cache, v_cache, input_ids, position, inv_freq, rope_scale: float, num_steps: int = 1,
-             eos_ids=(), order_seed: int = 0):
+             eos_ids=(), order_seed: int = 0, sampler: torch.Tensor | None = None):
         """Decode num_steps tokens. input_ids / position: int64 device tensors of one element (the token and
-        its cache index). Returns (logits fp32 [num_steps, vocab], tokens int64 [num_steps], -1 after a stop)."""
+        its cache index). sampler: a tiles_ext.sampling.make_sampler tensor (the tokens are then sampled or picked
+        from the processed scores, and its seen bitmap gains them), or None (the argmax of the logits).
+        Returns (logits fp32 [num_steps, vocab], tokens int64 [num_steps], -1 after a stop)."""
         return torch.ops.tiles.decode_step(
             self.plan_tensor, self.header, weights, k_cache, v_cache, self.scratch, self.state,
             input_ids, position, inv_freq, float(rope_scale), int(num_steps), [int(e) for e in eos_ids],
-            int(order_seed))
+            int(order_seed), sampler)
 
     def check_error(self) -> None:
         """Raise TileKernelError if a launch recorded an error in the state (host sync: call where the caller

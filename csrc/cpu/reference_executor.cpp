@@ -7,9 +7,12 @@
 // in random mode the scratch arena is filled with NaN at the start of each step so that a tile that reads a
 // buffer before its producer ran (a missing or wrong wait) shows up as NaN or wrong logits. A state where no
 // worker can advance is the CPU analogue of the GPU's spin-wait timeout and raises naming the worker and tile.
+// With a sampler tensor the ARGMAX tile picks the step's token with the reference sampler (sampler_cpu.h) from the
+// logits row its LMHEAD tiles wrote, and sets its seen bit.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -19,6 +22,7 @@
 #include <torch/library.h>
 
 #include "cpu/plan_view.h"
+#include "cpu/sampler_cpu.h"
 #include "cpu/tile_ops.h"
 #include "op_checks.h"
 #include "plan_names.h"
@@ -50,6 +54,7 @@ struct LaunchArgs {
   int64_t* tokens;
   uint64_t order_seed;
   int64_t scratch_bytes;
+  int32_t* sampler;  // the sampler tensor's words, or null: the ARGMAX tiles take the argmax of the raw logits
 };
 
 class Executor {
@@ -57,7 +62,7 @@ class Executor {
   Executor(const PlanView& plan, const LaunchIO& io, int32_t* state, const LaunchArgs& a)
       : p_(plan), io_(io), state_(state), num_steps_(a.num_steps), position_(a.position),
         input_token_(a.input_token), eos_(a.eos_ids.begin(), a.eos_ids.end()), logits_(a.logits), tokens_(a.tokens),
-        seed_(a.order_seed), scratch_bytes_(a.scratch_bytes), rng_(a.order_seed) {
+        seed_(a.order_seed), scratch_bytes_(a.scratch_bytes), sampler_(a.sampler), rng_(a.order_seed) {
     epoch0_ = uint32_t(state_[kStateEpoch]);
     rope_tables(a.inv_freq, a.rope_scale);
     for (int64_t w = 0; w < p_.h.num_workers; ++w) {
@@ -169,7 +174,7 @@ class Executor {
     begin_step(s);
     const StepIO st = step_io(s);
     if (t.op == kOpEmbed) check_embed_token(w, ti, st);
-    const int64_t tok = run_tile(io_, st, t);
+    const int64_t tok = t.op == kOpArgmax && sampler_ != nullptr ? sample_token(w, ti, st) : run_tile(io_, st, t);
     if (t.op == kOpArgmax) finish_argmax(w, ti, s, tok);
     counter(t.signal) += 1u;
     if (++k.pc == k.end) {
@@ -184,6 +189,21 @@ class Executor {
     TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", st.step,
                 " embeds token ", st.token, ", outside the vocabulary [0, ", p_.h.vocab, ") (the previous step's "
                 "ARGMAX had not run: the plan is missing a dependency)");
+  }
+
+  // With a sampler, the ARGMAX tile's token: the sampler's pick from the step's logits row (every LMHEAD tile of the
+  // step wrote its rows before this tile could run), its seen bit set for the later steps. NaN / +inf scores, or none
+  // above -inf, raise BAD_LOGITS naming the step; nothing is drawn from them.
+  int64_t sample_token(int64_t w, int32_t ti, const StepIO& st) {
+    int32_t* seen = sampler_ + sampler_seen_offset(p_.h.lm_tiles);
+    const int64_t position = st.pos + 1;  // the token's index in the sequence
+    const RowPick r = pick_from_row(st.logits, p_.h.vocab, sampler_, seen, position, nullptr);
+    if (!r.ok) {
+      set_error(kErrorBadLogits, w, ti, st.step, -1, uint32_t(r.bad), uint32_t(position));
+      TORCH_CHECK(false, "tiles::decode_step: ", error_message(p_.h, state_, p_.tiles, p_.weights));
+    }
+    mark_seen(seen, r.token);
+    return r.token;
   }
 
   // The step's token; the launch's last ARGMAX (an EOS id, or the last step) publishes the steps done, and the
@@ -262,6 +282,7 @@ class Executor {
   int64_t* tokens_;
   uint64_t seed_;
   int64_t scratch_bytes_;
+  int32_t* sampler_;
   std::mt19937_64 rng_;
   uint32_t epoch0_ = 0;
   std::vector<float> cos_, sin_;
@@ -308,11 +329,18 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
                                                    const at::Tensor& state, const at::Tensor& input_ids,
                                                    const at::Tensor& position, const at::Tensor& rope_inv_freq,
                                                    double rope_scale, int64_t num_steps, c10::IntArrayRef eos_ids,
-                                                   int64_t order_seed) {
+                                                   int64_t order_seed, const std::optional<at::Tensor>& sampler) {
   const Header h = header_from_list(plan_header);
   check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
                          num_steps, eos_ids, c10::Device(c10::kCPU));
   TORCH_CHECK(order_seed >= 0, "tiles::decode_step: order_seed ", order_seed, " must be >= 0");
+  int32_t* sampler_words = nullptr;
+  if (sampler.has_value()) {
+    check_sampler(h, *sampler, c10::Device(c10::kCPU));
+    sampler_words = sampler->data_ptr<int32_t>();
+    const std::string problem = settings_problem(sampler_words, h.vocab);
+    TORCH_CHECK(problem.empty(), "tiles::decode_step: the sampler's settings are invalid: ", problem);
+  }
   const PlanView view = view_plan(plan.data_ptr<int32_t>(), plan.numel(), h);
   int32_t* st = state.data_ptr<int32_t>();
   const int64_t pos = position.item<int64_t>();
@@ -329,7 +357,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
   const LaunchIO io{&view, scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.k_cache.data(),
                     ptrs.v_cache.data(), max_len, eps};
   const LaunchArgs args{num_steps, pos, token, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
-                        logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes};
+                        logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes,
+                        sampler_words};
   Executor(view, io, st, args).run();
   return {logits, tokens};
 }

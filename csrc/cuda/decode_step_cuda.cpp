@@ -156,11 +156,14 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
                                                     const at::Tensor& state, const at::Tensor& input_ids,
                                                     const at::Tensor& position, const at::Tensor& rope_inv_freq,
                                                     double rope_scale, int64_t num_steps, c10::IntArrayRef eos_ids,
-                                                    int64_t order_seed) {
+                                                    int64_t order_seed, const std::optional<at::Tensor>& sampler) {
   const Header h = header_from_list(plan_header);
   TORCH_CHECK(plan.is_cuda(), "tiles::decode_step (CUDA): plan is on ", plan.device(), ", expected a CUDA device");
   check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
                          num_steps, eos_ids, plan.device());
+  if (sampler.has_value()) check_sampler(h, *sampler, plan.device());
+  TORCH_CHECK(!sampler.has_value(), "tiles::decode_step (CUDA): this build's kernel takes no sampler; sample with "
+              "the CPU executor or through Transformers' processors on the op's logits");
   TORCH_CHECK(order_seed == 0, "tiles::decode_step (CUDA): order_seed ", order_seed,
               " is a CPU reference-executor test hook; the CUDA kernel runs the plan's one schedule (pass 0)");
   const c10::cuda::CUDAGuard guard(plan.device());
