@@ -3,8 +3,9 @@
 - tile path: decode steps run through the op, one token per step (the patched forward). A call without a cache
   gets cache_implementation="static" (generate then builds a StaticCache sized max_length - 1, the storage that
   prefill and the op share); a user's StaticCache is used as given.
-- fast path (multi_token): greedy calls additionally hand generate a decoding loop that runs up to 64 tokens per
-  launch (fast_greedy.FastGreedy).
+- fast path (multi_token): greedy and sampling calls additionally hand generate a decoding loop that runs up to 64
+  tokens per launch (fast_sample.FastSample: the processors it can apply run in the op; plain greedy is
+  fast_greedy.FastGreedy).
 - PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
   cache types) runs the unpatched way, with a one-time warning naming the reason.
 The model's generation_config is never modified.
@@ -18,7 +19,7 @@ import inspect
 import torch
 from transformers.generation.configuration_utils import GenerationMode
 
-from tiles_ext.integrations.fast_greedy import FastGreedy
+from tiles_ext.integrations.fast_sample import FastSample
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
@@ -43,7 +44,7 @@ def make_generate(model, state):
             finally:
                 state.quiet = False
         if route == "fast":
-            kw["custom_generate"] = FastGreedy(state, kw.get("streamer"))
+            kw["custom_generate"] = FastSample(state, kw.get("streamer"))
         if kw.get("cache") is None and kw.get("past_key_values") is None and kw.get("cache_implementation") is None:
             passed = kw.get("generation_config")
             if passed is None:
@@ -108,7 +109,7 @@ def choose_route(model, state, kw) -> tuple[str, str]:
         return "tile", ""
     if config.cache_implementation not in (None, "static"):
         return "torch", f"cache_implementation={config.cache_implementation!r} (the tile op decodes into a StaticCache)"
-    if (state.multi_token and mode == GenerationMode.GREEDY_SEARCH and not kw.get("logits_processor")
+    if (state.multi_token and mode in TILE_MODES and not kw.get("logits_processor")
             and not kw.get("stopping_criteria") and kw.get("prefix_allowed_tokens_fn") is None
             and not kw.get("synced_gpus")):
         return "fast", ""

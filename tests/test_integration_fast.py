@@ -88,10 +88,13 @@ def test_fast_path_streams_every_token(tiny_pair, tiny):
 def test_calls_the_fast_path_cannot_reproduce_run_per_token(tiny_pair):
     per_token, fast = tiny_pair
     ids = torch.tensor([[1, 17, 42, 99, 7]])
-    # A logits processor (repetition penalty) needs every step's logits: the per-token path runs.
-    want, _ = _gen(per_token, ids, max_new_tokens=8, repetition_penalty=1.5)
-    got, calls = _gen(fast, ids, max_new_tokens=8, repetition_penalty=1.5)
+    # A logits processor the op does not apply (no_repeat_ngram_size) needs every step's logits: the per-token path
+    # runs. (A repetition penalty runs in the op: tests/test_fast_sample.py.)
+    want, _ = _gen(per_token, ids, max_new_tokens=8, no_repeat_ngram_size=2)
+    got, calls = _gen(fast, ids, max_new_tokens=8, no_repeat_ngram_size=2)
     assert torch.equal(got, want) and calls == 7
+    got, calls = _gen(fast, ids, max_new_tokens=8, repetition_penalty=1.5)
+    assert torch.equal(got, _gen(per_token, ids, max_new_tokens=8, repetition_penalty=1.5)[0]) and calls == 1
     # A user's StaticCache: per-token path on that cache.
     cache = StaticCache(config=fast.config, max_cache_len=32)
     want, _ = _gen(per_token, ids, max_new_tokens=8)
