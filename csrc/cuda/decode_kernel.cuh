@@ -97,10 +97,67 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
   return false;
 }
 
+// A matvec tile's first weight batches staged before its wait (stage_first_batch). An o-projection tile after an
+// ATTN tile waits for the attention chain (~5 us at short context), so its warps can issue their batches one after
+// another instead of at once: the burst no longer fills L2's queues while MERGE stores and releases (without O's
+// staging MERGE's span fell 2.1 -> 1.5 us). Warp w issues w x kPaceOCycles after the tile starts.
+__device__ __forceinline__ void stage_paced(const KernelParams& p, const Tile& t, uint8_t* stage, bool after_attn) {
+  if (!kFlags && after_attn && t.op == kOpResid && weight_cols(p, t.weight) != p.h.intermediate) {
+    const long long t0 = clock64(), d = static_cast<long long>(threadIdx.x >> 5) * kPaceOCycles;
+    while (clock64() - t0 < d) {
+    }
+  }
+  stage_first_batch(p, t, stage);
+}
+
+// A matvec tile's input vector into shared memory: RESID's bf16 input (and its residual rows, issued together: one
+// L2 round trip; the copy's barrier publishes them), else the RMSNorm of the fp32 residual.
+__device__ __forceinline__ void matvec_input(const KernelParams& p, const Tile& t, int32_t cols, uint16_t* vec,
+                                             float* red, float* rsd, uint32_t epoch) {
+  if (t.op == kOpResid) {
+    const float* resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
+    for (int32_t r = threadIdx.x; r < t.row_end - t.row_begin; r += kThreads)
+      rsd[r] = get_f32(p, resid, t.out_offset + r, epoch);
+  }
+  if (t.op == kOpResid) {
+    copy_bf16_to_smem(p, reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec, epoch);
+  } else {
+    rmsnorm_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), p.weights[t.norm], cols, vec, red,
+                    epoch);
+  }
+}
+
+// EMBED: the step's token (the launch's input, else the previous step's ARGMAX) checked against the vocabulary
+// (thread 0, published through s_flag / s_tok), then its embedding row as fp32. False on a bad token.
+__device__ __forceinline__ bool embed_tile(const KernelParams& p, const Tile& t, const StepCtx& sc, int32_t worker,
+                                           int32_t ti, int* s_flag, int64_t* s_tok) {
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    const int64_t tok = sc.step == 0 ? __ldg(p.input_ids) : __ldcg(p.tokens + sc.step - 1);
+    int ok = 1;
+    if (tok < 0 || tok >= p.h.vocab) {
+      raise_error(p, kErrorBadToken, worker, ti, sc.step, -1, static_cast<uint32_t>(tok),
+                  static_cast<uint32_t>(p.h.vocab));
+      ok = 0;
+    }
+    *s_tok = tok;
+    *s_flag = ok;
+  }
+  __syncthreads();
+  if (!*s_flag) return false;
+  const int64_t tok = *s_tok;
+  const uint16_t* row = p.weights[t.weight] + tok * p.h.hidden;
+  float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
+  for (int i = tid; i < p.h.hidden; i += kThreads) put_f32(out, i, bf2f(__ldg(row + i)), sc.epoch);
+  return true;
+}
+
 // Runs one tile. False when the worker must stop (an error was raised).
 // `rec`: the tile's local plan record (load_plan_smem) or null.
 // `times`: this tile's kTileTimes timestamps (TILE_TIMING builds) or null.
 // `after_attn`: the worker's previous tile was an ATTN tile.
+// The matvec epilogue's setup and the ARGMAX case stay inline: moved into helpers, even forced inline, they change
+// the flag kernel's code generation (scripts/sass.sh).
 template <bool kWarpAttention>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
@@ -118,18 +175,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   TILE_MARK(kTimeStart);
   const bool is_matvec = op_is_matvec(t.op);
   uint8_t* stage = is_matvec ? smem + L.stage : nullptr;
-  if (stage != nullptr) {
-    // An o-projection tile after an ATTN tile waits for the attention chain (~5 us at short context), so its warps
-    // can issue their batches one after another instead of at once: the burst no longer fills L2's queues while
-    // MERGE stores and releases (without O's staging MERGE's span fell 2.1 -> 1.5 us). Warp w issues
-    // w x kPaceOCycles after the tile starts.
-    if (!kFlags && after_attn && t.op == kOpResid && weight_cols(p, t.weight) != p.h.intermediate) {
-      const long long t0 = clock64(), d = static_cast<long long>(threadIdx.x >> 5) * kPaceOCycles;
-      while (clock64() - t0 < d) {
-      }
-    }
-    stage_first_batch(p, t, stage);
-  }
+  if (stage != nullptr) stage_paced(p, t, stage, after_attn);
   const bool attn_pre = t.op == kOpAttn;
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
   // A local MERGE's inputs are this block's shared memory: nothing to wait for. Flag builds poll every scratch input
@@ -146,26 +192,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   float* red = reinterpret_cast<float*>(smem + L.red);
   bool kept_local = false;  // an ATTN tile that wrote no partials (attn_tile): its MERGE signals for it
   switch (t.op) {
-    case kOpEmbed: {
-      if (tid == 0) {
-        const int64_t tok = sc.step == 0 ? __ldg(p.input_ids) : __ldcg(p.tokens + sc.step - 1);
-        int ok = 1;
-        if (tok < 0 || tok >= p.h.vocab) {
-          raise_error(p, kErrorBadToken, worker, ti, sc.step, -1, static_cast<uint32_t>(tok),
-                      static_cast<uint32_t>(p.h.vocab));
-          ok = 0;
-        }
-        *s_tok = tok;
-        *s_flag = ok;
-      }
-      __syncthreads();
-      if (!*s_flag) return false;
-      const int64_t tok = *s_tok;
-      const uint16_t* row = p.weights[t.weight] + tok * p.h.hidden;
-      float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
-      for (int i = tid; i < p.h.hidden; i += kThreads) put_f32(out, i, bf2f(__ldg(row + i)), sc.epoch);
+    case kOpEmbed:
+      if (!embed_tile(p, t, sc, worker, ti, s_flag, s_tok)) return false;
       break;
-    }
     case kOpQkv:
     case kOpGateup:
     case kOpLmhead:
@@ -173,18 +202,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       const int32_t cols = weight_cols(p, t.weight);
       float* rsd = reinterpret_cast<float*>(smem + L.rsd);
       const bool resid_smem = t.op == kOpResid;
-      if (resid_smem) {
-        // Issued together with the input vector's loads (one L2 round trip); the copy's barrier publishes them.
-        const float* resid = reinterpret_cast<const float*>(buffer_ptr(p, t.in2_buf));
-        for (int32_t r = tid; r < t.row_end - t.row_begin; r += kThreads)
-          rsd[r] = get_f32(p, resid, t.out_offset + r, sc.epoch);
-      }
-      if (t.op == kOpResid) {
-        copy_bf16_to_smem(p, reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), cols, vec, sc.epoch);
-      } else {
-        rmsnorm_to_smem(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), p.weights[t.norm], cols, vec,
-                        red, sc.epoch);
-      }
+      matvec_input(p, t, cols, vec, red, rsd, sc.epoch);
       TILE_MARK(kTimePhase1);
       MatvecOut o;
       o.op = t.op;
@@ -294,6 +312,53 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   return true;
 }
 
+// Whether attention partition 0 holds every position of the step at `pos` (the local merge's condition).
+__device__ __forceinline__ bool partition0_holds_all(const KernelParams& p, int64_t pos) {
+  int32_t lo0, hi0;
+  attn_partition_range(static_cast<int32_t>(pos + 1), 0, p.h.attn_partitions, p.h.attn_granule, p.h.attn_single,
+                       &lo0, &hi0);
+  return hi0 >= pos + 1;
+}
+
+// Thread 0 before step s > 0: the previous step's token (ARGMAX's counter), so that every worker decides alike
+// whether the step runs. Publishes s_flag (0: an error, the worker exits) and s_stop (1: EOS, the launch ends).
+__device__ __forceinline__ void step_boundary(const KernelParams& p, int32_t s, uint32_t epoch0, int64_t pos,
+                                              int32_t worker, int* s_flag, int* s_stop) {
+  int stop = 0, ok = 1;
+  if (!wait_counter(p, p.h.argmax_counter, epoch0 + static_cast<uint32_t>(s), worker, -1, s)) {
+    ok = 0;
+  } else if (is_eos(p, __ldcg(p.tokens + s - 1))) {
+    stop = 1;
+  } else if (pos >= p.max_cache_len) {
+    raise_error(p, kErrorCacheFull, worker, -1, s, -1, static_cast<uint32_t>(pos),
+                static_cast<uint32_t>(p.max_cache_len));
+    ok = 0;
+  }
+  *s_flag = ok;
+  *s_stop = stop;
+}
+
+// After an early stop (EOS), the steps not executed: their logits rows NaN, spread over the workers that have tiles
+// (rank among them), their tokens -1. All threads of every worker with tiles.
+__device__ __forceinline__ void fill_steps_not_run(const KernelParams& p, int32_t worker, int32_t steps_done) {
+  const int tid = threadIdx.x;
+  const int32_t W = p.h.num_workers;
+  int nonempty = 0, rank = 0;
+  for (int32_t base = 0; base < W; base += kThreads) {
+    const int32_t w = base + tid;
+    const bool has = w < W && __ldg(p.plan + p.h.worker_offsets_offset + w + 1) >
+                                  __ldg(p.plan + p.h.worker_offsets_offset + w);
+    nonempty += __syncthreads_count(has);
+    rank += __syncthreads_count(has && w < worker);
+  }
+  const int64_t V = p.h.vocab;
+  const int64_t lo = V * rank / nonempty, hi = V * (rank + 1) / nonempty;
+  for (int32_t s = steps_done; s < p.num_steps; ++s)
+    for (int64_t i = lo + tid; i < hi; i += kThreads) p.logits[int64_t(s) * V + i] = NAN;
+  if (rank == 0)
+    for (int32_t s = steps_done + tid; s < p.num_steps; s += kThreads) p.tokens[s] = -1;
+}
+
 }  // namespace
 
 // The persistent kernel. kWarpAttention: the attention's warp path (attn_warps_fit shapes) or the five-step loop;
@@ -381,20 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     sc.pos = pos0 + s;
     if (s > 0) {
       // Learn the previous step's token: every worker decides identically whether this step runs.
-      if (tid == 0) {
-        int stop = 0, ok = 1;
-        if (!wait_counter(p, p.h.argmax_counter, epoch0 + static_cast<uint32_t>(s), worker, -1, s)) {
-          ok = 0;
-        } else if (is_eos(p, __ldcg(p.tokens + s - 1))) {
-          stop = 1;
-        } else if (sc.pos >= p.max_cache_len) {
-          raise_error(p, kErrorCacheFull, worker, -1, s, -1, static_cast<uint32_t>(sc.pos),
-                      static_cast<uint32_t>(p.max_cache_len));
-          ok = 0;
-        }
-        s_flag = ok;
-        s_stop = stop;
-      }
+      if (tid == 0) step_boundary(p, s, epoch0, sc.pos, worker, &s_flag, &s_stop);
       __syncthreads();
       const int ok = s_flag, stop = s_stop;
       __syncthreads();
@@ -407,13 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     // The local merge: (layer, KV head) + 1 of the partition-0 ATTN tile just run on this worker, 0 otherwise; and
     // whether partition 0 holds every position of this step.
     int32_t attn0_key = 0;
-    bool attn0_all = false;
-    {
-      int32_t lo0, hi0;
-      attn_partition_range(static_cast<int32_t>(sc.pos + 1), 0, p.h.attn_partitions, p.h.attn_granule,
-                           p.h.attn_single, &lo0, &hi0);
-      attn0_all = hi0 >= sc.pos + 1;
-    }
+    const bool attn0_all = partition0_holds_all(p, sc.pos);
     bool after_attn = false;  // the previous tile of this worker was an ATTN tile (run_tile's pace)
     for (int32_t k = tbeg; k < tend; ++k) {
       const int32_t* rec;
@@ -435,24 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
     }
   }
 
-  // Steps not executed: logits rows NaN, spread over the workers that have tiles (rank among them), tokens -1.
-  if (steps_done < p.num_steps) {
-    const int32_t W = p.h.num_workers;
-    int nonempty = 0, rank = 0;
-    for (int32_t base = 0; base < W; base += kThreads) {
-      const int32_t w = base + tid;
-      const bool has = w < W && __ldg(p.plan + p.h.worker_offsets_offset + w + 1) >
-                                    __ldg(p.plan + p.h.worker_offsets_offset + w);
-      nonempty += __syncthreads_count(has);
-      rank += __syncthreads_count(has && w < worker);
-    }
-    const int64_t V = p.h.vocab;
-    const int64_t lo = V * rank / nonempty, hi = V * (rank + 1) / nonempty;
-    for (int32_t s = steps_done; s < p.num_steps; ++s)
-      for (int64_t i = lo + tid; i < hi; i += kThreads) p.logits[int64_t(s) * V + i] = NAN;
-    if (rank == 0)
-      for (int32_t s = steps_done + tid; s < p.num_steps; s += kThreads) p.tokens[s] = -1;
-  }
+  if (steps_done < p.num_steps) fill_steps_not_run(p, worker, steps_done);
 }
 
 namespace {
