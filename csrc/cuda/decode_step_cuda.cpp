@@ -10,9 +10,11 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/decode_kernel.h"
 #include "op_checks.h"
+#include "plan_names.h"
 
 namespace tiles {
 namespace {
@@ -22,8 +24,6 @@ namespace {
     const cudaError_t err__ = (expr);                                                                           \
     TORCH_CHECK(err__ == cudaSuccess, "tiles::decode_step (CUDA): ", what, " failed: ", cudaGetErrorString(err__)); \
   } while (0)
-// The error report below (raise_if_error, check_previous_launch) still spells the macro's former name.
-#define TILES_CUDA_CHECK TILE_CUDA_CHECK
 
 int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
@@ -33,40 +33,6 @@ int64_t env_int(const char* name, int64_t dflt) {
   TORCH_CHECK(end != v && *end == '\0', "tiles::decode_step: environment variable ", name, "='", v,
               "' is not an integer");
   return x;
-}
-
-const char* error_name(int32_t code) {
-  switch (code) {
-    case kErrorWaitTimeout: return "WAIT_TIMEOUT (a dependency wait exceeded its bound: a plan or kernel bug)";
-    case kErrorCacheFull: return "CACHE_FULL (position + step reached the KV cache capacity)";
-    case kErrorBadToken: return "BAD_TOKEN (token id outside the vocabulary)";
-    case kErrorBadPlan: return "BAD_PLAN (the device plan does not match the header it was launched with)";
-    default: return "UNKNOWN";
-  }
-}
-
-const char* op_name(int32_t op) {
-  switch (op) {
-    case kOpEmbed: return "embed";
-    case kOpQkv: return "qkv";
-    case kOpAttn: return "attn";
-    case kOpMerge: return "merge";
-    case kOpResid: return "resid";
-    case kOpGateup: return "gateup";
-    case kOpLmhead: return "lmhead";
-    case kOpArgmax: return "argmax";
-    default: return "?";
-  }
-}
-
-// Same wording as tiles_ext.planner.plan.describe_tile.
-std::string describe_tile(const Tile& t) {
-  std::string where = t.layer >= 0 ? c10::str("L", t.layer, ".") : std::string();
-  if (t.op == kOpAttn) return c10::str(where, op_name(t.op), "[h", t.aux0, " p", t.aux1, "]");
-  if (t.op == kOpMerge) return c10::str(where, op_name(t.op), "[h", t.aux0, "]");
-  if (t.op == kOpQkv || t.op == kOpResid || t.op == kOpGateup || t.op == kOpLmhead)
-    return c10::str(where, op_name(t.op), "[w", t.weight, "] rows ", t.row_begin, ":", t.row_end);
-  return c10::str(where, op_name(t.op));
 }
 
 // Error words of a state tensor, mirrored into pinned host memory after each (non-captured) launch and read at the
@@ -83,40 +49,33 @@ std::unordered_map<const void*, ErrorMirror>& mirrors() {
   return *m;
 }
 
-// Synchronous read of the error words (error path and TILES_SYNC_CHECK only) and the exception.
+// Synchronous read of the error words (error path and TILES_SYNC_CHECK only) and the exception. The message is
+// tiles_ext.errors.describe_error's (plan_names.h), the failing tile named from the device plan's tables.
 void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& state, const char* when) {
   int32_t w[kStateStepsDone + 1];
-  TILES_CUDA_CHECK(cudaMemcpy(w, state.data_ptr(), sizeof(w), cudaMemcpyDeviceToHost), "reading the error words");
+  TILE_CUDA_CHECK(cudaMemcpy(w, state.data_ptr(), sizeof(w), cudaMemcpyDeviceToHost), "reading the error words");
   if (w[kStateError] == kErrorOk) return;
   const int32_t tile = w[kStateErrorTile];
-  std::string tile_desc = "no tile (launch-time check)";
-  if (tile >= 0 && tile < h.num_tiles) {
+  const int32_t* blob = plan.data_ptr<int32_t>();
+  const bool named = tile >= 0 && tile < h.num_tiles && h.tiles_offset >= 0 &&
+                     int64_t(h.tiles_offset) + int64_t(h.num_tiles) * kTileWords <= plan.numel();
+  std::string name;
+  if (named) {
     Tile t;
-    TILES_CUDA_CHECK(cudaMemcpy(&t, plan.data_ptr<int32_t>() + h.tiles_offset + int64_t(tile) * kTileWords,
-                                sizeof(Tile), cudaMemcpyDeviceToHost),
-                     "reading the failing tile");
-    tile_desc = c10::str("tile ", tile, " (", describe_tile(t), ")");
-  } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout) {
-    tile_desc = "the step-boundary wait for the previous step's token";
+    TILE_CUDA_CHECK(cudaMemcpy(&t, blob + h.tiles_offset + int64_t(tile) * kTileWords, sizeof(Tile),
+                               cudaMemcpyDeviceToHost),
+                    "reading the failing tile");
+    std::vector<Weight> table(h.num_weights);
+    const bool has_table = h.weights_offset >= 0 &&
+                           int64_t(h.weights_offset) + int64_t(h.num_weights) * kWeightWords <= plan.numel();
+    if (has_table && !table.empty()) {
+      TILE_CUDA_CHECK(cudaMemcpy(table.data(), blob + h.weights_offset, table.size() * sizeof(Weight),
+                                 cudaMemcpyDeviceToHost),
+                      "reading the weight table");
+    }
+    name = tile_name(h, t, has_table ? table.data() : nullptr);
   }
-  std::string detail;
-  if (w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == kFlagWaitCounter) {
-    detail = c10::str(": a flagged input word carried epoch ", static_cast<uint32_t>(w[kStateErrorSeen]),
-                      ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
-  } else if (w[kStateError] == kErrorWaitTimeout) {
-    detail = c10::str(": counter ", w[kStateErrorCounter], " was at ", static_cast<uint32_t>(w[kStateErrorSeen]),
-                      ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
-  } else if (w[kStateError] == kErrorCacheFull) {
-    detail = c10::str(": position ", w[kStateErrorSeen], " with max_cache_len ", w[kStateErrorWanted]);
-  } else if (w[kStateError] == kErrorBadToken) {
-    detail = c10::str(": token ", w[kStateErrorSeen], " with vocab ", w[kStateErrorWanted]);
-  } else if (w[kStateError] == kErrorBadPlan) {
-    detail = c10::str(": device word ", w[kStateErrorSeen], ", header says ", w[kStateErrorWanted]);
-  }
-  TORCH_CHECK(false, "tiles::decode_step (CUDA): ", when, " failed with ", error_name(w[kStateError]), " in worker ",
-              w[kStateErrorWorker], ", ", tile_desc, ", step ", w[kStateErrorStep], detail,
-              ". The state tensor keeps the error and later launches on it do nothing: make a new runtime/state "
-              "(tiles_ext.errors.check_state(state, plan) describes it).");
+  TORCH_CHECK(false, "tiles::decode_step (CUDA): ", when, " failed: ", error_message(w, named ? &name : nullptr));
 }
 
 void check_previous_launch(const at::Tensor& plan, const Header& h, const at::Tensor& state) {
@@ -126,7 +85,7 @@ void check_previous_launch(const at::Tensor& plan, const Header& h, const at::Te
   ErrorMirror& m = it->second;
   const cudaError_t q = cudaEventQuery(m.event);
   if (q == cudaErrorNotReady) return;
-  TILES_CUDA_CHECK(q, "querying the previous launch's error event");
+  TILE_CUDA_CHECK(q, "querying the previous launch's error event");
   if (m.host[kStateError] != kErrorOk) {
     m.pending = false;
     raise_if_error(plan, h, state, "a previous launch on this state");  // confirms with a fresh read
@@ -277,6 +236,22 @@ cuda::KernelParams kernel_params(const Header& h, const at::Tensor& plan, at::Te
   return p;
 }
 
+// The sampler tensor's words for the sampler kernels (decode_kernel_*_sampler.cu): its size against the plan, its
+// alignment (the ARGMAX tile reads the candidate slots as 16-byte vectors) and the shared memory the ARGMAX tile's
+// merge needs after the plan tables (counted on the flag kernels' layout, whose weight stage is the smaller).
+int32_t* checked_sampler(const Header& h, const at::Tensor& sampler, c10::Device device) {
+  check_sampler(h, sampler, device);
+  TORCH_CHECK(aligned16(sampler.data_ptr()), "tiles::decode_step (CUDA): the sampler is not 16-byte aligned (the "
+              "kernel reads its candidate slots as 16-byte vectors; pass a fresh tensor, not a view)");
+  const cuda::SmemLayout L = cuda::smem_layout(h);
+  const int64_t stage_gap = int64_t(cuda::kWarps) * 2 * 32 * 16;  // a batch per warp: kUnroll 4 against 3
+  const int64_t region = int64_t(L.total) - L.vec - cuda::kSampOutcomeBytes - stage_gap;
+  TORCH_CHECK(region >= cuda::samp_merge_bytes(h.lm_tiles), "tiles::decode_step (CUDA): the ARGMAX tile's sampler "
+              "merge needs ", cuda::samp_merge_bytes(h.lm_tiles), " bytes of shared memory for ", h.lm_tiles,
+              " LM tiles and this layout leaves ", region, "; sample through Transformers' processors instead");
+  return sampler.data_ptr<int32_t>();
+}
+
 // The launch on the current stream, and its error report: asynchronous (the error words mirrored to the host, read
 // at the next call) unless the stream is being captured into a CUDA graph (no host work then) or TILES_SYNC_CHECK
 // asks for this call's own error (a host sync).
@@ -308,9 +283,6 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(plan.is_cuda(), "tiles::decode_step (CUDA): plan is on ", plan.device(), ", expected a CUDA device");
   check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
                          num_steps, eos_ids, plan.device());
-  if (sampler.has_value()) check_sampler(h, *sampler, plan.device());
-  TORCH_CHECK(!sampler.has_value(), "tiles::decode_step (CUDA): this build's kernel takes no sampler; sample with "
-              "the CPU executor or through Transformers' processors on the op's logits");
   TORCH_CHECK(order_seed == 0, "tiles::decode_step (CUDA): order_seed ", order_seed,
               " is a CPU reference-executor test hook; the CUDA kernel runs the plan's one schedule (pass 0)");
   const c10::cuda::CUDAGuard guard(plan.device());
@@ -323,6 +295,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   prepare_shared_memory(h, dev);
   cuda::KernelParams p = kernel_params(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position,
                                        rope_inv_freq, rope_scale, num_steps, eos_ids, max_len);
+  if (sampler.has_value()) p.sampler = checked_sampler(h, *sampler, plan.device());
   auto logits = at::empty({num_steps, h.vocab}, plan.options().dtype(at::kFloat));
   auto tokens = at::empty({num_steps}, plan.options().dtype(at::kLong));
   p.logits = logits.data_ptr<float>();
