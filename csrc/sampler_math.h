@@ -6,6 +6,7 @@
 #pragma once
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -138,16 +139,23 @@ TILE_SAMPLER_FN Params read_params(const int32_t* w) {
   return p;
 }
 
-TILE_SAMPLER_FN bool is_seen(const int32_t* seen, int32_t id) {
-  return ((static_cast<uint32_t>(seen[id >> 5]) >> (id & 31)) & 1u) != 0u;
+// Whether id's bit is set in its seen-bitmap word (word id >> 5).
+TILE_SAMPLER_FN bool seen_in_word(int32_t word, int32_t id) {
+  return ((static_cast<uint32_t>(word) >> (id & 31)) & 1u) != 0u;
 }
 
+TILE_SAMPLER_FN bool is_seen(const int32_t* seen, int32_t id) { return seen_in_word(seen[id >> 5], id); }
+
 // Whether the token at absolute position `position` sees `id` at -inf (min_new_tokens).
+// The loop runs over all kMaxEos entries (num_suppress masks the rest), so that the ids stay in registers.
 TILE_SAMPLER_FN bool is_suppressed(const Params& p, int64_t position, int32_t id) {
   if (position >= p.eos_suppress_until) return false;
-  for (int i = 0; i < p.num_suppress; ++i)
-    if (p.suppress_ids[i] == id) return true;
-  return false;
+  bool hit = false;
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kMaxEos; ++i) hit |= i < p.num_suppress && p.suppress_ids[i] == id;
+  return hit;
 }
 
 // Steps 1-3 on one logit: the repetition penalty, the EOS suppression, the temperature. -0 becomes +0 (x + 0), so

@@ -35,6 +35,8 @@ PyObject* PyInit__C(void) {
   // csrc/cuda/flag_data.cuh), for every shape it runs. The CPU executor has counters only.
 #ifdef TILE_WITH_CUDA
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 1);
+  // The CUDA kernels take decode_step's sampler (planner/format.py "Sampling"; integrations/fast_sample.py asks).
+  if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_SAMPLER", 1);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

@@ -4,14 +4,14 @@ Used as generate()'s decoding loop beside fast_greedy.FastGreedy (the same hook:
 callable, so generate's input preparation, cache creation, processor construction and length bookkeeping stay
 Transformers' own). It serves calls whose processors, as generate built them, are exactly a subset of
 RepetitionPenalty, MinLength / MinNewTokensLength (over the same EOS ids), Temperature, TopK, TopP and MinP (types
-checked exactly, in Transformers' order), with max-length / EOS stopping: sampling (do_sample=True) and greedy decoding with a repetition penalty or
-min_new_tokens (the argmax of the processed scores). The op applies them as planner/format.py ("Sampling")
+checked exactly, in Transformers' order), with max-length / EOS stopping: sampling (do_sample=True) and greedy
+decoding with a repetition penalty or min_new_tokens (the argmax of the processed scores). The op applies them as planner/format.py ("Sampling")
 describes, with the sampler tensor of tiles_ext.sampling: the seen bitmap built from the prompt once per call, the
 Philox seed drawn once per call from torch's default generator (torch.manual_seed(s) repeats the tokens; a step's
 draw depends only on its position, never on how the launches are cut).
 
 The first token is drawn from the prefill's logits by tiles::sample_logits, with the same sampler and arithmetic as
-the kernel's draws. Seeded sampling is therefore reproducible but not token-for-token Transformers' own
+the kernel's draws (greedy: the argmax of the call's processors on them, as _sample takes it). Seeded sampling is therefore reproducible but not token-for-token Transformers' own
 (torch.multinomial draws other random numbers); the distribution is the same (tests/test_fast_sample.py). Greedy
 with processors returns exactly what Transformers' greedy returns on the op's logits.
 
@@ -177,7 +177,12 @@ class FastSample:
         first_logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
         del outputs
         # The first new token sits at position prompt_len; the op's step from cache index p draws position p + 1.
-        _, token = torch.ops.tiles.sample_logits(first_logits.to(decoder.device), sampler, prompt_len)
+        if settings.mode == SampleMode.SAMPLE:
+            _, token = torch.ops.tiles.sample_logits(first_logits.to(decoder.device), sampler, prompt_len)
+        else:  # as _sample picks it: the argmax of Transformers' own processed scores
+            scores = logits_processor(input_ids, first_logits)
+            sampling.check_scores(scores, prompt_len)
+            token = torch.argmax(scores, dim=-1)
         token_id = int(token)
         sampling.mark_seen(sampler, decoder.vocab, token_id)
         pieces, rows = [token.view(1).to(input_ids.device)], [first_logits] if keep_rows else []
@@ -192,9 +197,9 @@ class FastSample:
             logits, tokens = self._launch(decoder, pieces[-1][-1:], cache, steps, eos_ids, sampler)
             host = tokens.tolist()              # the one sync per launch
             done = next((i for i, t in enumerate(host) if t < 0), steps)
+            if decoder.device.type == "cuda":
+                decoder.check_error()  # a CUDA launch cannot raise (BAD_LOGITS, SAMPLER_OVERFLOW name the step)
             if done == 0 or (done < steps and host[done - 1] not in eos):
-                # A launch ends early only at an EOS id: anything else is an error the kernel recorded
-                # (BAD_LOGITS names the step and the token's position).
                 decoder.check_error()
                 raise RuntimeError(f"tiles::decode_step executed {done} of {steps} steps, reported no error and "
                                    "produced no EOS id")

@@ -393,7 +393,8 @@ SAMPLER_FIELDS = [
 CAND_FIELDS = [
     ("count", "pairs written; above CAND_SLOT: the tile had that many (SAMPLER_OVERFLOW), none written"),
     ("bad", "lowest row with a NaN or +inf score, or -1"),
-    ("kth_bits", "float32 bits of the tile's local k-th score (the candidates are the rows >= it)"),
+    ("threshold_key", "order key (csrc/sampler_math.h order_key) of the tile's local k-th score: its candidates are "
+                      "the rows above -inf whose key is at least it"),
     ("reserved", "0"),
 ]
 CAND_SLOT_WORDS = len(CAND_FIELDS) + 2 * CAND_SLOT

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The decode kernels' SASS on this machine (no GPU needed): compiles the four kernels (decode_kernel_*.cu) for sm_90a
+# The decode kernels' SASS on this machine (no GPU needed): compiles the eight kernels (decode_kernel_*.cu) for sm_90a
 # with the extension's device flags (-O3 -lineinfo; extra -D flags as arguments), prints ptxas' registers / stack /
 # spills and two md5s of each kernel's SASS: raw (encodings dropped), and normalised (also constant-bank offsets and
 # symbol names, so a change of KernelParams' layout or of a file name leaves it). Writes /tmp/sass_TAG_<kernel>.norm
@@ -29,7 +29,8 @@ normalise() {
           s@Function : .*@Function : KERNEL@; s@_INTERNAL_[0-9a-f]+_[0-9]+_[A-Za-z0-9_]+_cu_[0-9a-f]+@INTERNAL@g;
           s@_GLOBAL__N__[0-9a-f]+_[0-9]+_[A-Za-z0-9_]+_cu_[0-9a-f]+@ANON@g' | grep -v '^\s*$'
 }
-for v in counters flags counters_fivestep flags_fivestep; do
+for v in counters flags counters_fivestep flags_fivestep counters_sampler flags_sampler counters_fivestep_sampler \
+    flags_fivestep_sampler; do
   out=/tmp/sass_${tag}_$v
   nvcc -std=c++17 --expt-relaxed-constexpr -lineinfo -O3 -gencode=arch=compute_90a,code=sm_90a -DTILE_WITH_CUDA=1 \
     -I csrc -I csrc/generated "$@" -Xptxas -v -cubin -o "$out.cubin" "csrc/cuda/decode_kernel_$v.cu" 2> "$out.ptxas"

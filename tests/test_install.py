@@ -138,19 +138,20 @@ def test_nvcc_compiles_kernel_for_sm90a(source, tmp_path):
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
 
 
-# The per-tile timing build (scripts/tile_timing.py builds it with nvcc on the GPU machine): the four kernels and the
+# The per-tile timing build (scripts/tile_timing.py builds it with nvcc on the GPU machine): the eight kernels and the
 # launcher with TILE_TIMING on, compiled here too, so that a kernel change that breaks the timing build fails CI, not
 # a device call.
 TOOL_BUILDS = {f"tile_timing_{p.stem}": (p, ["-DTILE_TIMING=1"]) for p in sorted(CUDA_DIR.glob("decode_kernel_*.cu"))}
 TOOL_BUILDS["tile_timing_launch"] = (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILE_TIMING=1"])
 
 
-def test_the_kernels_are_the_four_translation_units():
-    """Counter / flag hand-offs x the attention's warp path / the five-step loop: each its own compilation of
-    decode_kernel.cuh (decode_kernel.h declares their exports), and the build compiles exactly these kernels."""
+def test_the_kernels_are_the_eight_translation_units():
+    """Counter / flag hand-offs x the attention's warp path / the five-step loop x without / with the sampler: each
+    its own compilation of decode_kernel.cuh (decode_kernel.h declares their exports), and the build compiles exactly
+    these kernels."""
     names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")}
-    assert names == {"decode_kernel_counters.cu", "decode_kernel_counters_fivestep.cu", "decode_kernel_flags.cu",
-                     "decode_kernel_flags_fivestep.cu"}
+    assert names == {f"decode_kernel_{h}{f}{s}.cu" for h in ("counters", "flags") for f in ("", "_fivestep")
+                     for s in ("", "_sampler")}
     header = (CUDA_DIR / "decode_kernel.h").read_text()
     for n in names:
         prefix = n[len("decode_kernel_"):-len(".cu")]

@@ -142,3 +142,20 @@ def seen_ids(sampler: torch.Tensor, vocab: int) -> list[int]:
     words = sampler[fmt.sampler_seen_offset(lm_tiles):].cpu().numpy().view(np.uint32)
     bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab]
     return np.nonzero(bits)[0].tolist()
+
+
+def bad_logits_message(token: int, position: int) -> str:
+    """The BAD_LOGITS report (planner/format.py's texts) for a score row checked on the host."""
+    code = fmt.ErrorCode.BAD_LOGITS
+    return (f"{code.name} ({fmt.ERROR_TEXTS[code]}): "
+            f"{fmt.ERROR_DETAILS[code].format(seen=int(token), wanted=int(position))}")
+
+
+def check_scores(scores: torch.Tensor, position: int) -> None:
+    """Raise RuntimeError (BAD_LOGITS) where the scores the token at `position` is picked from hold NaN or +inf, or
+    nothing above -inf: the executors' rule, for a pick made on the host."""
+    bad = torch.isnan(scores) | torch.isposinf(scores)
+    if bool(bad.any()):
+        raise RuntimeError(bad_logits_message(int(bad.reshape(-1).nonzero()[0]), position))
+    if not bool((scores > -math.inf).any()):
+        raise RuntimeError(bad_logits_message(-1, position))

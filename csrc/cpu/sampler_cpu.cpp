@@ -92,22 +92,22 @@ std::string settings_problem(const int32_t* settings, int32_t vocab) {
   return "";
 }
 
-std::string pick_error(const RowPick& r, int64_t position) {
-  return c10::str(kErrorNames[kErrorBadLogits], " (", kErrorTexts[kErrorBadLogits], "): ",
-                  format_template(kErrorDetails[kErrorBadLogits],
-                                  {{"seen", std::to_string(r.bad)}, {"wanted", std::to_string(position)}}));
+std::string sampler_error_text(int32_t code, int32_t seen, int32_t wanted) {
+  if (!(code > kErrorOk && code < kNumErrorCodes)) return c10::str("error code ", code);
+  return c10::str(kErrorNames[code], " (", kErrorTexts[code], "): ",
+                  format_template(kErrorDetails[code], {{"seen", std::to_string(seen)},
+                                                        {"wanted", std::to_string(wanted)},
+                                                        {"seen_u", std::to_string(uint32_t(seen))},
+                                                        {"wanted_u", std::to_string(uint32_t(wanted))}}));
+}
+
+int64_t sampler_lm_tiles(int64_t numel, int64_t vocab) {
+  const int64_t rest = numel - kSamplerHeaderWords - seen_words(int32_t(vocab));
+  if (rest < kCandSlotWords || rest % kCandSlotWords != 0) return -1;
+  return rest / kCandSlotWords;
 }
 
 namespace {
-
-// The sampler tensor's LM tile count for a row of `vocab` logits: its size is sampler_words(vocab, lm_tiles).
-int64_t sampler_lm_tiles(const at::Tensor& sampler, int64_t vocab) {
-  const int64_t rest = sampler.numel() - kSamplerHeaderWords - seen_words(int32_t(vocab));
-  TORCH_CHECK(rest >= kCandSlotWords && rest % kCandSlotWords == 0, "tiles::sample_logits: sampler has ",
-              sampler.numel(), " words, which is sampler_words(", vocab, ", lm_tiles) for no lm_tiles >= 1 "
-              "(tiles_ext.sampling.make_sampler builds it)");
-  return rest / kCandSlotWords;
-}
 
 std::tuple<at::Tensor, at::Tensor> sample_logits_cpu(const at::Tensor& logits, const at::Tensor& sampler,
                                                      int64_t position) {
@@ -123,14 +123,16 @@ std::tuple<at::Tensor, at::Tensor> sample_logits_cpu(const at::Tensor& logits, c
               " ", sampler.sizes());
   TORCH_CHECK(position >= 0, "tiles::sample_logits: position ", position, " is negative");
   const int32_t vocab = int32_t(logits.numel());
-  const int64_t lm_tiles = sampler_lm_tiles(sampler, vocab);
+  const int64_t lm_tiles = sampler_lm_tiles(sampler.numel(), vocab);
+  TORCH_CHECK(lm_tiles >= 1, "tiles::sample_logits: sampler has ", sampler.numel(), " words, which is "
+              "sampler_words(", vocab, ", lm_tiles) for no lm_tiles >= 1 (tiles_ext.sampling.make_sampler builds it)");
   const int32_t* w = sampler.data_ptr<int32_t>();
   const std::string problem = settings_problem(w, vocab);
   TORCH_CHECK(problem.empty(), "tiles::sample_logits: the sampler's settings are invalid: ", problem);
   auto kept = at::zeros(logits.sizes(), logits.options().dtype(at::kBool));
   const RowPick r = pick_from_row(logits.data_ptr<float>(), vocab, w, w + sampler_seen_offset(int32_t(lm_tiles)),
                                   position, reinterpret_cast<uint8_t*>(kept.data_ptr<bool>()));
-  TORCH_CHECK(r.ok, "tiles::sample_logits: ", pick_error(r, position));
+  TORCH_CHECK(r.ok, "tiles::sample_logits: ", sampler_error_text(kErrorBadLogits, r.bad, int32_t(position)));
   auto token = at::full({1}, r.token, logits.options().dtype(at::kLong));
   return {kept, token};
 }

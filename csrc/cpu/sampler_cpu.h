@@ -31,8 +31,13 @@ inline void mark_seen(int32_t* seen, int64_t id) {
   reinterpret_cast<uint32_t*>(seen)[id >> 5] |= 1u << (id & 31);
 }
 
-// "BAD_LOGITS (meaning): detail" from the generated texts (planner/format.py), for a failed row pick.
-std::string pick_error(const RowPick& r, int64_t position);
+// "NAME (meaning): detail" of a sampler error code with its seen / wanted words, from the generated texts
+// (planner/format.py), for the sample_logits ops (decode_step reports through the state's error words).
+std::string sampler_error_text(int32_t code, int32_t seen, int32_t wanted);
+
+// The LM tile count of a sampler tensor of `numel` words for a vocabulary of `vocab` (its size is
+// sampler_words(vocab, lm_tiles)), or -1 where no lm_tiles >= 1 gives that size.
+int64_t sampler_lm_tiles(int64_t numel, int64_t vocab);
 
 }  // namespace cpu
 }  // namespace tiles

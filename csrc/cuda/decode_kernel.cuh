@@ -14,10 +14,10 @@
 // This file holds the tile loop (run_tile), the kernel and its launch; the tiles' code is in parts that it includes
 // in this order, one job each: kernel_config.cuh (build switches, timing marks), device_helpers.cuh (PTX wrappers,
 // reductions), plan_access.cuh, waits.cuh (errors, counter waits, release; flag_data.cuh in flag builds),
-// matvec.cuh, attention.cuh, merge.cuh. Each of the four kernels' translation units (decode_kernel_counters.cu,
-// decode_kernel_counters_fivestep.cu, decode_kernel_flags.cu, decode_kernel_flags_fivestep.cu) compiles it once,
-// with TILE_FLAG_HANDOFF (or not), TILE_WARP_ATTENTION (1: the warp path, 0: the five-step loop) and TILE_VARIANT
-// (the prefix of its exports) defined.
+// matvec.cuh, attention.cuh, merge.cuh, sampler.cuh. Each of the eight kernels' translation units
+// (decode_kernel_{counters,flags}[_fivestep][_sampler].cu) compiles it once, with TILE_FLAG_HANDOFF (or not),
+// TILE_WARP_ATTENTION (1: the warp path, 0: the five-step loop), TILE_SAMPLER (1: the LMHEAD and ARGMAX tiles take
+// the op's sampler; 0 or undefined: the argmax of the logits) and TILE_VARIANT (the prefix of its exports) defined.
 #if !defined(TILE_WARP_ATTENTION) || !defined(TILE_VARIANT)
 #error "decode_kernel.cuh is compiled through decode_kernel_{counters,flags}[_fivestep].cu"
 #endif
@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "cuda/decode_kernel.h"
+#include "sampler_math.h"
 
 namespace tiles {
 namespace cuda {
@@ -42,6 +43,7 @@ namespace {
 #include "cuda/matvec.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/merge.cuh"
+#include "cuda/sampler.cuh"
 
 // ---------------------------------------------------------------------------------------------------------------
 // The kernel
@@ -95,6 +97,129 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
   for (int i = 0; i < p.num_eos; ++i)
     if (tok == p.eos[i]) return true;
   return false;
+}
+
+// The shared-memory layout as this kernel carved it: the launch's (the counter kernels) or its own (the flag
+// kernels compute theirs: smem_layout with their kUnroll).
+__device__ __forceinline__ SmemLayout device_layout(const KernelParams& p) {
+#ifdef TILE_FLAG_HANDOFF
+  return smem_layout(p.h);
+#else
+  return p.layout;
+#endif
+}
+
+// An LMHEAD tile with a sampler (sampler.cuh samp_lmhead): its processed scores, its candidates and slot header, then
+// its partial (max, argmax) over the processed scores (GREEDY mode's token; in the flag kernels also the ARGMAX
+// tile's sign that the candidates are there). `rows`: the raw logits in shared memory, or null (the logits row).
+// Out of line: the tile loop's code and registers stay those of the kernel without a sampler.
+__device__ __noinline__ void lmhead_sample(const KernelParams& p, int32_t row_begin, int32_t row_end,
+                                           const float* logits, float* red, float* part, int32_t slot,
+                                           uint32_t epoch, float* rows, int64_t pos) {
+  const SmemLayout L = device_layout(p);
+  uint32_t* hist = reinterpret_cast<uint32_t*>(g_smem + L.stage);
+  int32_t* misc = reinterpret_cast<int32_t*>(hist + kSampHistWords);
+  float* proc = rows != nullptr ? rows : reinterpret_cast<float*>(misc + kSampMiscWords);
+  const int32_t capacity = rows != nullptr ? row_end - row_begin
+                                           : kWarps * kStageBytesPerWarp / 4 - kSampHistWords - kSampMiscWords;
+  // Every warp is past the matvec (the stage is free, rsd holds every row); the logits row, where it is read back,
+  // is visible at L2.
+  if (rows == nullptr) __threadfence();
+  __syncthreads();
+  samp_lmhead(p.sampler, samp_slot(p.sampler, slot), p.sampler + sampler_seen_offset(p.h.lm_tiles), pos + 1,
+              row_begin, row_end, rows, logits, proc, capacity, hist, misc, true);
+  // The flag kernels' ARGMAX tile learns from the flagged partial that this tile is done: every writer's candidate
+  // and header stores are fenced before lmhead_partial's barrier and its flagged store.
+  if (kFlags) __threadfence();
+  lmhead_partial(row_begin, row_end, nullptr, red, part, slot, epoch, proc);
+}
+
+// An ARGMAX tile with a sampler: the LM tiles' partials (in the flag kernels, polled: their arrival says the
+// candidates are there), then SAMPLE mode's merge, filters and draw (samp_merge) or GREEDY mode's argmax of the
+// processed scores; the token's seen bit; the launch's end as without a sampler. An error (BAD_LOGITS,
+// SAMPLER_OVERFLOW) is raised with the step, tokens[step] = -1, and false returned: the worker stops. Out of line,
+// as lmhead_sample.
+__device__ __noinline__ bool argmax_sample(const KernelParams& p, const float* part, int32_t nparts, uint32_t epoch,
+                                           int32_t step, int64_t pos, int32_t ti) {
+  const int tid = threadIdx.x;
+  const int32_t worker = blockIdx.x;
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  if (tid < 32) {
+#ifdef TILE_FLAG_HANDOFF
+    for (int k0 = tid; k0 < nparts; k0 += 8 * 32) {
+      int64_t iv[8], ii[8];
+      float v[8], vi[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int k = k0 + 32 * j;
+        iv[j] = k < nparts ? 2 * k : -1;
+        ii[j] = k < nparts ? 2 * k + 1 : -1;
+      }
+      fl_read_f32<8>(p, part, iv, epoch, v);
+      fl_read_f32<8>(p, part, ii, epoch, vi);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (iv[j] >= 0 && better(v[j], __float_as_int(vi[j]), bv, bi)) {
+          bv = v[j];
+          bi = __float_as_int(vi[j]);
+        }
+      }
+    }
+#else
+    for (int k = tid; k < nparts; k += 32) {
+      const float v = __ldcg(part + 2 * k);
+      const int32_t i = __ldcg(reinterpret_cast<const int32_t*>(part) + 2 * k + 1);
+      if (better(v, i, bv, bi)) {
+        bv = v;
+        bi = i;
+      }
+    }
+#endif
+    warp_argmax(bv, bi);
+  }
+  // Flag kernels: the polls saw every LM tile's flagged partial, which each wrote after fencing its candidates.
+  if (kFlags) __threadfence();
+  __syncthreads();
+#ifdef TILE_FLAG_HANDOFF
+  if (g_fl_abort) return true;  // a poll gave up (its error is raised): run_tile stops the worker after its barrier
+#endif
+  const SmemLayout L = device_layout(p);
+  uint8_t* region = g_smem + L.vec;
+  SampOutcome* out = reinterpret_cast<SampOutcome*>(region);
+  const int32_t mode = p.sampler[offsetof(SamplerSettings, mode) / 4];
+  if (mode == kModeSample) {
+    samp_merge(p.sampler, p.sampler, p.h.lm_tiles, pos + 1, p.h.vocab, region + kSampOutcomeBytes,
+               L.total - L.vec - kSampOutcomeBytes, nullptr, out);
+  } else {
+    samp_greedy_check(p.sampler, p.h.lm_tiles, pos + 1, reinterpret_cast<int32_t*>(region + kSampOutcomeBytes),
+                      out);
+    if (tid == 0 && out->code == kErrorOk) {
+      if (bv == -INFINITY) {
+        *out = {kErrorBadLogits, -1, static_cast<int32_t>(pos + 1), -1};
+      } else {
+        out->token = bi;
+      }
+    }
+    __syncthreads();
+  }
+  const SampOutcome r = *out;
+  if (tid == 0) {
+    if (r.code != kErrorOk) {
+      p.tokens[step] = -1;
+      raise_error(p, r.code, worker, ti, step, -1, static_cast<uint32_t>(r.seen), static_cast<uint32_t>(r.wanted));
+    } else {
+      uint32_t* seen = reinterpret_cast<uint32_t*>(p.sampler + sampler_seen_offset(p.h.lm_tiles));
+      atomicOr(seen + (r.token >> 5), 1u << (r.token & 31));
+      p.tokens[step] = r.token;
+      if (is_eos(p, r.token) || step + 1 == p.num_steps) {
+        // The launch ends after this step (as without a sampler: every tile of it is an ancestor of this one).
+        p.state[kStateStepsDone] = static_cast<uint32_t>(step + 1);
+        p.state[kStateEpoch] = epoch;
+      }
+    }
+  }
+  return r.code == kErrorOk;
 }
 
 // A matvec tile's first weight batches staged before its wait (stage_first_batch). An o-projection tile after an
@@ -230,9 +355,15 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       }
       matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage);
       TILE_MARK(kTimePhase2);
-      if (t.op == kOpLmhead) lmhead_partial(t.row_begin, t.row_end, o.logits, red,
-                                            reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)), t.aux0, sc.epoch,
-                                            o.out_f32);
+      if (t.op == kOpLmhead) {
+        if (kSampler) {
+          lmhead_sample(p, t.row_begin, t.row_end, o.logits, red, reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)),
+                        t.aux0, sc.epoch, o.out_f32, sc.pos);
+        } else {
+          lmhead_partial(t.row_begin, t.row_end, o.logits, red, reinterpret_cast<float*>(buffer_ptr(p, t.out_buf)),
+                         t.aux0, sc.epoch, o.out_f32);
+        }
+      }
       break;
     }
     case kOpAttn:
@@ -246,6 +377,12 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       }
       break;
     case kOpArgmax: {
+      if (kSampler) {
+        if (!argmax_sample(p, reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf)), t.aux0, sc.epoch, sc.step,
+                           sc.pos, ti))
+          return false;
+        break;
+      }
       if (tid < 32) {
         const float* part = reinterpret_cast<const float*>(buffer_ptr(p, t.in_buf));
         float bv = -INFINITY;

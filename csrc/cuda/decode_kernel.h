@@ -109,6 +109,9 @@ struct KernelParams {
   // offsets from the parameter (constant) bank where they use them. Computed in the kernel, ~20 of them stayed live
   // in registers for the whole launch, and at the 128-register bound the allocator spilled some into the tile loop.
   SmemLayout layout;
+  // The op's sampler tensor (planner/format.py "Sampling"; sampler_words(vocab, lm_tiles) words, 16-byte aligned),
+  // or null: the LMHEAD and ARGMAX tiles then run without it. Last, so that no other field's offset moves.
+  int32_t* sampler;
 };
 static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
@@ -175,6 +178,47 @@ inline SmemLayout smem_layout(const Header& h) {
   return s;
 }
 
+// The sampler's shared memory (sampler.cuh). An LMHEAD tile uses the weight stage (idle after its matvec): a
+// histogram, a few words, and its processed scores where the rows do not stay in rsd. The ARGMAX tile uses
+// everything after the plan tables ([vec, total): no tile leaves state there for the next): the outcome, then the
+// merge's tables (samp_merge_layout), then the candidates' keys and ids.
+constexpr int32_t kSampHistWords = 256;  // radix-select histogram
+constexpr int32_t kSampMiscWords = 16;   // digits, counters, the lowest bad id, sums
+constexpr int32_t kSampOutcomeBytes = 16;
+struct SampMergeLayout {
+  int32_t hist, misc, counts, offs, qoffs, skey, v, ids, e, pr, keep, keys;  // byte offsets in the region
+};
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline SampMergeLayout samp_merge_layout(int32_t lm_tiles) {
+  auto up = [](int32_t x, int32_t a) { return (x + a - 1) / a * a; };
+  SampMergeLayout m;
+  int32_t o = 0;
+  m.hist = o; o += 4 * kSampHistWords;
+  m.misc = o; o += 4 * kSampMiscWords;
+  m.counts = o; o += 4 * lm_tiles;
+  m.offs = o; o += 4 * (lm_tiles + 1);
+  m.qoffs = o; o += 4 * (lm_tiles + 1);
+  o = up(o, 8);
+  m.skey = o; o += 8 * kKeptCap;
+  m.v = o; o += 4 * kKeptCap;
+  m.ids = o; o += 4 * kKeptCap;
+  m.e = o; o += 4 * kKeptCap;
+  m.pr = o; o += 4 * kKeptCap;
+  m.keep = o; o += kKeptCap;
+  m.keys = up(o, 16);
+  return m;
+}
+// Bytes the ARGMAX tile's merge needs in the region after the outcome, for top_k up to CAND_CAP without ties: the
+// tables, then a key and an id per candidate (more candidates than the region holds: SAMPLER_OVERFLOW at run time).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t samp_merge_bytes(int32_t lm_tiles) {
+  return samp_merge_layout(lm_tiles).keys + int64_t(8) * lm_tiles * kCandCap;
+}
+
 // The attention's warp path takes G <= kAttnWarpsMaxGroup query heads per KV head and head_dim kAttnWarpsHeadDim
 // (plan_format.h, from planner/format.py, whose attn_warps_fit is this rule for Python): 8 positions per warp in a
 // chunk, one lane per 8 dims of o, the 16 warps' states where the o partials go. Llama-3.2-1B (G 4), SmolLM2 (G 3).
@@ -208,6 +252,28 @@ cudaError_t decode_flags_launch(const KernelParams& p, cudaStream_t stream);
 cudaError_t decode_flags_fivestep_set_smem_limit(int32_t bytes);
 cudaError_t decode_flags_fivestep_blocks_per_sm(int32_t smem_bytes, int* blocks);
 cudaError_t decode_flags_fivestep_launch(const KernelParams& p, cudaStream_t stream);
+// The same four with the sampler (TILE_SAMPLER, decode_kernel_*_sampler.cu): launched for calls with a sampler
+// tensor, so that the four above keep their code exactly.
+cudaError_t decode_counters_sampler_set_smem_limit(int32_t bytes);
+cudaError_t decode_counters_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
+cudaError_t decode_counters_sampler_launch(const KernelParams& p, cudaStream_t stream);
+cudaError_t decode_counters_fivestep_sampler_set_smem_limit(int32_t bytes);
+cudaError_t decode_counters_fivestep_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
+cudaError_t decode_counters_fivestep_sampler_launch(const KernelParams& p, cudaStream_t stream);
+cudaError_t decode_flags_sampler_set_smem_limit(int32_t bytes);
+cudaError_t decode_flags_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
+cudaError_t decode_flags_sampler_launch(const KernelParams& p, cudaStream_t stream);
+cudaError_t decode_flags_fivestep_sampler_set_smem_limit(int32_t bytes);
+cudaError_t decode_flags_fivestep_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
+cudaError_t decode_flags_fivestep_sampler_launch(const KernelParams& p, cudaStream_t stream);
+
+// tiles::sample_logits on the GPU (sample_kernel.cu): the sampler's LMHEAD share on lm_tiles even slices of the row
+// (one block each), then its ARGMAX merge (one block), with the decode kernels' device functions (sampler.cuh).
+// sampler: a copy the call may write (its candidate slots); kept: vocab bytes, zeroed; token: [1]; status: [3]
+// (ErrorCode, seen, wanted). Stream-ordered, no host sync.
+cudaError_t sample_logits_launch(const float* logits, int32_t vocab, int32_t lm_tiles, int32_t* sampler,
+                                 int64_t position, uint8_t* kept, int64_t* token, int32_t* status,
+                                 cudaStream_t stream);
 
 // Sets every kernel's dynamic shared-memory limit on the current device (the glue only ever raises it, once per new
 // maximum, so no attribute call happens inside a CUDA-graph capture once a size has been seen).
@@ -216,18 +282,26 @@ inline cudaError_t decode_set_smem_limit(int32_t bytes) {
   if (e == cudaSuccess) e = decode_counters_fivestep_set_smem_limit(bytes);
   if (e == cudaSuccess) e = decode_flags_set_smem_limit(bytes);
   if (e == cudaSuccess) e = decode_flags_fivestep_set_smem_limit(bytes);
+  if (e == cudaSuccess) e = decode_counters_sampler_set_smem_limit(bytes);
+  if (e == cudaSuccess) e = decode_counters_fivestep_sampler_set_smem_limit(bytes);
+  if (e == cudaSuccess) e = decode_flags_sampler_set_smem_limit(bytes);
+  if (e == cudaSuccess) e = decode_flags_fivestep_sampler_set_smem_limit(bytes);
   return e;
 }
 
 // Blocks that fit on one SM with `smem_bytes` of dynamic shared memory (0 = none), the fewest over the kernels.
 inline cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int n[4] = {0, 0, 0, 0};
+  int n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   cudaError_t e = decode_counters_blocks_per_sm(smem_bytes, &n[0]);
   if (e == cudaSuccess) e = decode_counters_fivestep_blocks_per_sm(smem_bytes, &n[1]);
   if (e == cudaSuccess) e = decode_flags_blocks_per_sm(smem_bytes, &n[2]);
   if (e == cudaSuccess) e = decode_flags_fivestep_blocks_per_sm(smem_bytes, &n[3]);
+  if (e == cudaSuccess) e = decode_counters_sampler_blocks_per_sm(smem_bytes, &n[4]);
+  if (e == cudaSuccess) e = decode_counters_fivestep_sampler_blocks_per_sm(smem_bytes, &n[5]);
+  if (e == cudaSuccess) e = decode_flags_sampler_blocks_per_sm(smem_bytes, &n[6]);
+  if (e == cudaSuccess) e = decode_flags_fivestep_sampler_blocks_per_sm(smem_bytes, &n[7]);
   *blocks = n[0];
-  for (int i = 1; i < 4; ++i)
+  for (int i = 1; i < 8; ++i)
     if (n[i] < *blocks) *blocks = n[i];
   return e;
 }
@@ -235,8 +309,14 @@ inline cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 // Launches the persistent kernel for this plan's shape (cooperative: all num_workers blocks co-resident) on
 // `stream`. The shared-memory limit must already allow smem_layout(p.h).total. `flagged`: the scratch arena has the
 // flagged layout (every element with its epoch, twice the plan's bytes), and hand-offs go by flag-in-data words.
+// p.sampler != null: the sampler kernels.
 inline cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool flagged) {
   const bool warp_path = attn_warps_fit(p.h);
+  if (p.sampler != nullptr) {
+    if (flagged)
+      return warp_path ? decode_flags_sampler_launch(p, stream) : decode_flags_fivestep_sampler_launch(p, stream);
+    return warp_path ? decode_counters_sampler_launch(p, stream) : decode_counters_fivestep_sampler_launch(p, stream);
+  }
   if (flagged) return warp_path ? decode_flags_launch(p, stream) : decode_flags_fivestep_launch(p, stream);
   return warp_path ? decode_counters_launch(p, stream) : decode_counters_fivestep_launch(p, stream);
 }

@@ -33,3 +33,12 @@ constexpr bool kFlags = false;
 // With a cp.async-staged first batch, the item's next batch is loaded before the staged batch's arithmetic (matvec).
 // Not in the flag kernels: their polls hold more registers, and there it made the tile loop spill.
 constexpr bool kPreloadNext = !kFlags;
+
+// TILE_SAMPLER (defined 1 by decode_kernel_*_sampler.cu): the kernels that take the op's sampler tensor (sampler.cuh;
+// KernelParams::sampler is never null there). A kernel of their own, so that the kernels without a sampler keep their
+// code and registers exactly.
+#if defined(TILE_SAMPLER) && TILE_SAMPLER
+constexpr bool kSampler = true;
+#else
+constexpr bool kSampler = false;
+#endif

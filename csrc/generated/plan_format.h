@@ -262,7 +262,7 @@ constexpr int32_t kSamplerSettingsWords = 18;
 struct Candidates {
   int32_t count;  // pairs written; above CAND_SLOT: the tile had that many (SAMPLER_OVERFLOW), none written
   int32_t bad;  // lowest row with a NaN or +inf score, or -1
-  int32_t kth_bits;  // float32 bits of the tile's local k-th score (the candidates are the rows >= it)
+  int32_t threshold_key;  // order key (csrc/sampler_math.h order_key) of the tile's local k-th score: its candidates are the rows above -inf whose key is at least it
   int32_t reserved;  // 0
 };
 static_assert(sizeof(Candidates) == 4 * 4, "Candidates layout");
