@@ -78,7 +78,8 @@ def test_gpu_sample_logits_reports_errors():
 # --- decode_step on the GPU ---------------------------------------------------------------------------------------
 
 # (hidden, heads, kv, head_dim, intermediate, layers, workers): the warp-path kernels (head_dim 64) and the five-step
-# ones (head_dim 128); workers 1 puts every LM row in one tile (more rows than hidden: the stage holds the scores).
+# ones (head_dim 128), each with both hand-offs; workers 1 puts every LM row in one tile (more rows than hidden: the
+# weight stage holds the processed scores).
 SHAPES = [(264, 6, 2, 64, 456, 2, None), (392, 8, 2, 128, 1000, 2, 7), (200, 2, 2, 64, 328, 1, 1)]
 PROMPT = 6
 
@@ -91,8 +92,6 @@ def _setup(shape, handoff):
     model = tiny_model(cfg, seed=4).to(DEV)
     workers = workers or torch.cuda.get_device_properties(0).multi_processor_count
     plan = build_plan(cfg, workers=workers, gpu=GpuTarget.of_device(DEV))
-    if handoff == "flags" and not (hd == 64 and nh // nkv <= 4):
-        pytest.skip("flag hand-offs run the warp-path shapes")
     inv, scale = rope_tables(model)
     weights = [w.to(DEV) for w in model_weights(model)]
     return cfg, model, plan, lambda: TileRuntime(plan, DEV, handoff), weights, inv.to(DEV), scale
