@@ -37,10 +37,17 @@ def shfl_down_suffix(s):
     return incl
 
 
-def kth_threshold(keys: np.ndarray, k: int) -> int:
-    """samp_kth_threshold, pass by pass."""
-    prefix, krem = 0, k
-    for pas in range(4):
+def kth_threshold(keys: np.ndarray, k: int, from_common: bool = False) -> int:
+    """samp_kth_threshold, pass by pass (from_common: kFromCommon, the first pass at the first differing byte)."""
+    prefix, krem, first = 0, k, 0
+    if from_common:
+        lo, hi = int(keys.min()), int(keys.max())
+        if lo == hi:
+            return lo
+        first = (32 - (lo ^ hi).bit_length()) // 8  # __clz(lo ^ hi) / 8
+        prefix = 0 if first == 0 else lo >> (32 - 8 * first)
+        assert all((int(x) >> (32 - 8 * first)) == prefix for x in keys) if first else True
+    for pas in range(first, 4):
         shift = 24 - 8 * pas
         match = keys if pas == 0 else keys[(keys >> np.uint32(shift + 8)) == prefix]
         hist = np.bincount(((match >> np.uint32(shift)) & 255).astype(np.int64), minlength=256)
@@ -149,7 +156,7 @@ def merge(slots, top_k: int):
             cids[dst + e] = ident
             written[dst + e] += 1
     assert (written == 1).all()  # every candidate exactly once
-    thr = kth_threshold(keys, top_k) if total > top_k else 0
+    thr = kth_threshold(keys, top_k, from_common=True) if total > top_k else 0
     surv = np.nonzero(keys >= thr)[0]
     if surv.size > fmt.KEPT_CAP:
         return None  # SAMPLER_OVERFLOW on the GPU
@@ -175,9 +182,10 @@ def test_digit_search_finds_the_kth_key_with_ties():
         v[rng.integers(n, size=max(1, n // 50))] = -np.inf
         keys = order_key(v)
         k = int(rng.integers(1, n + 1))
-        thr = kth_threshold(keys, k)
         kth = np.sort(keys)[::-1][k - 1]
-        assert np.array_equal(keys >= thr, keys >= kth), (case, n, k)
+        for from_common in (False, True):
+            thr = kth_threshold(keys, k, from_common)
+            assert np.array_equal(keys >= thr, keys >= kth), (case, n, k, from_common)
 
 
 def cuts(vocab, rng):

@@ -143,9 +143,12 @@ __device__ __noinline__ bool argmax_sample(const KernelParams& p, const float* p
                                            int32_t step, int64_t pos, int32_t ti) {
   const int tid = threadIdx.x;
   const int32_t worker = blockIdx.x;
+  const int32_t mode = p.sampler[offsetof(SamplerSettings, mode) / 4];
   float bv = -INFINITY;
   int32_t bi = INT32_MAX;
-  if (tid < 32) {
+  // The partials: GREEDY mode's token, and in the flag kernels the LM tiles' sign of completion (the counter kernels
+  // waited for them on the tile's counter already).
+  if (tid < 32 && (kFlags || mode != kModeSample)) {
 #ifdef TILE_FLAG_HANDOFF
     for (int k0 = tid; k0 < nparts; k0 += 8 * 32) {
       int64_t iv[8], ii[8];
@@ -187,7 +190,6 @@ __device__ __noinline__ bool argmax_sample(const KernelParams& p, const float* p
   const SmemLayout L = device_layout(p);
   uint8_t* region = g_smem + L.vec;
   SampOutcome* out = reinterpret_cast<SampOutcome*>(region);
-  const int32_t mode = p.sampler[offsetof(SamplerSettings, mode) / 4];
   if (mode == kModeSample) {
     samp_merge(p.sampler, p.sampler, p.h.lm_tiles, pos + 1, p.h.vocab, region + kSampOutcomeBytes,
                L.total - L.vec - kSampOutcomeBytes, nullptr, out);

@@ -25,14 +25,43 @@ __device__ __forceinline__ const int32_t* samp_slot(const int32_t* sampler, int3
 // the k-th largest (ties included). Radix select, 8 bits per pass from the top: each pass counts the keys that match
 // the bits found so far, per next digit (warp-aggregated shared atomics), and warp 0 finds the digit holding the
 // k-th (lane l owns digits 8l .. 8l+7; suffix sums over lanes by shuffles). When every key of that digit's bin is
-// needed, the bin's lowest possible key is the threshold and the remaining passes are skipped.
+// needed, the bin's lowest possible key is the threshold and the remaining passes are skipped. kFromCommon: the
+// passes start at the byte of the first bit where the smallest and the largest key differ (the bits above are the
+// same in every key: one pass over the keys without atomics finds them); the ARGMAX tile's candidates, each tile's
+// top scores, usually share their sign and exponent byte.
 // hist: kSampHistWords words; misc: kSampMiscWords words (uses misc[0..2]).
-template <class KeyAt>
+template <bool kFromCommon, class KeyAt>
 __device__ uint32_t samp_kth_threshold(KeyAt key_at, int32_t n, int32_t k, uint32_t* hist, int32_t* misc) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   uint32_t prefix = 0;
   int32_t krem = k;
-  for (int pass = 0; pass < 4; ++pass) {
+  int first = 0;
+  if (kFromCommon) {
+    uint32_t lo = 0xffffffffu, hi = 0u;
+    for (int32_t i = tid; i < n; i += kThreads) {
+      const uint32_t key = key_at(i);
+      lo = key < lo ? key : lo;
+      hi = key > hi ? key : hi;
+    }
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+      hist[2 * warp] = lo;
+      hist[2 * warp + 1] = hi;
+    }
+    __syncthreads();
+    lo = hist[0];
+    hi = hist[1];
+    for (int w = 1; w < kWarps; ++w) {
+      lo = hist[2 * w] < lo ? hist[2 * w] : lo;
+      hi = hist[2 * w + 1] > hi ? hist[2 * w + 1] : hi;
+    }
+    if (lo == hi) return lo;  // every key the same: it is the k-th
+    first = __clz(lo ^ hi) / 8;
+    prefix = first == 0 ? 0u : lo >> (32 - 8 * first);
+    __syncthreads();  // hist is cleared below
+  }
+  for (int pass = first; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     for (int i = tid; i < kSampHistWords; i += kThreads) hist[i] = 0u;
     __syncthreads();
@@ -128,7 +157,8 @@ __device__ void samp_lmhead(const int32_t* settings, int32_t* slot_words, const 
   const bool candidates = sp.mode == kModeSample || !greedy_partials;
   if (candidates && bad == INT32_MAX && sp.top_k >= 1 && sp.top_k <= kCandCap) {
     const int32_t k = sp.top_k < n ? sp.top_k : n;
-    if (n > k) threshold = samp_kth_threshold([&](int32_t i) { return sm::order_key(proc[i]); }, n, k, hist, misc);
+    if (n > k)
+      threshold = samp_kth_threshold<false>([&](int32_t i) { return sm::order_key(proc[i]); }, n, k, hist, misc);
     for (int32_t r = tid; r < n; r += kThreads) {
       const float v = proc[r];
       if (v > -INFINITY && sm::order_key(v) >= threshold) {
@@ -298,7 +328,7 @@ __device__ void samp_merge(const int32_t* settings, const int32_t* sampler, int3
   __syncthreads();
   const int32_t k = sp.top_k;
   const uint32_t threshold =
-      total > k ? samp_kth_threshold([&](int32_t i) { return keys[i]; }, total, k, hist, misc) : 0u;
+      total > k ? samp_kth_threshold<true>([&](int32_t i) { return keys[i]; }, total, k, hist, misc) : 0u;
   for (int32_t i = tid; i < total; i += kThreads) {
     if (keys[i] >= threshold) {
       const int32_t at = atomicAdd(misc + 5, 1);
