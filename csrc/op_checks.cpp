@@ -26,9 +26,8 @@ void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, c
   check_tensor(t, [name] { return name; }, dtype, device);
 }
 
-}  // namespace
-
-Header header_from_list(c10::IntArrayRef plan_header) {
+// The int[] words as a Header, each word in int32 range.
+Header header_words(c10::IntArrayRef plan_header) {
   TORCH_CHECK(static_cast<int64_t>(plan_header.size()) == kHeaderWords, "tiles::decode_step: plan_header has ",
               plan_header.size(), " words, expected ", kHeaderWords, " (plan format version ", kFormatVersion,
               "); rebuild the plan with this version of tiles_ext");
@@ -40,6 +39,11 @@ Header header_from_list(c10::IntArrayRef plan_header) {
                 " does not fit int32");
     words[i] = static_cast<int32_t>(v);
   }
+  return h;
+}
+
+// A plan of this format and ABI: magic, versions, header size.
+void check_header_identity(const Header& h) {
   TORCH_CHECK(h.magic == kMagic, "tiles::decode_step: plan_header is not a Tiles plan header (magic 0x",
               std::hex, static_cast<uint32_t>(h.magic), ", expected 0x", static_cast<uint32_t>(kMagic), ")");
   TORCH_CHECK(h.format_version == kFormatVersion, "tiles::decode_step: plan format version ", h.format_version,
@@ -48,6 +52,10 @@ Header header_from_list(c10::IntArrayRef plan_header) {
               ", this build is ABI ", kAbiVersion, "; rebuild the plan");
   TORCH_CHECK(h.header_words == kHeaderWords, "tiles::decode_step: plan header_words ", h.header_words,
               ", expected ", kHeaderWords);
+}
+
+// The model dimensions the executors divide by and size their loops with, and the weights list they imply.
+void check_header_dims(const Header& h) {
   TORCH_CHECK(h.num_layers >= 1 && h.hidden > 0 && h.num_heads > 0 && h.num_kv_heads > 0 && h.head_dim > 0 &&
                   h.intermediate > 0 && h.vocab > 0 && h.num_workers > 0 && h.num_tiles > 0,
               "tiles::decode_step: plan header has a non-positive dimension (layers ", h.num_layers, ", hidden ",
@@ -59,6 +67,10 @@ Header header_from_list(c10::IntArrayRef plan_header) {
   TORCH_CHECK(h.head_dim % 2 == 0, "tiles::decode_step: plan header head_dim ", h.head_dim, " is odd");
   TORCH_CHECK(h.num_weights == num_weights(h), "tiles::decode_step: plan header says ", h.num_weights,
               " weights for ", h.num_layers, " layers with slot mask ", h.layer_slots, ", expected ", num_weights(h));
+}
+
+// The counters, partitions and partial slots the executors size the state and the partials with.
+void check_header_counts(const Header& h) {
   TORCH_CHECK(h.counter_stride >= 1 && h.num_counters >= 1 &&
                   static_cast<int64_t>(h.state_words) >=
                       kStateHeaderWords + static_cast<int64_t>(h.num_counters) * h.counter_stride,
@@ -71,9 +83,17 @@ Header header_from_list(c10::IntArrayRef plan_header) {
               "tiles::decode_step: plan header attn_partitions ", h.attn_partitions, ", attn_granule ",
               h.attn_granule, ", lm_tiles ", h.lm_tiles, " must all be >= 1");
   TORCH_CHECK(h.attn_single >= 0, "tiles::decode_step: plan header attn_single ", h.attn_single, " must be >= 0");
-  return h;
 }
 
+std::string weight_name(const Header& h, int64_t i) {
+  int32_t slot = -1, layer = -1;
+  if (!weight_entry(h, i, &slot, &layer)) return c10::str("weights[", i, "]");
+  return c10::str("weights[", i, "] (", kSlotNames[slot], layer >= 0 ? c10::str(", layer ", layer) : std::string(),
+                  ")");
+}
+
+// Rows and columns (0: a vector) of entry i of the weights list, from the header alone (the generated layout
+// rules, which the plan's weight table repeats); -1 for an index outside the list.
 void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* cols) {
   int32_t slot = -1, layer = -1;
   if (!weight_entry(h, i, &slot, &layer)) {
@@ -83,21 +103,8 @@ void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* c
   slot_shape(h, slot, rows, cols);
 }
 
-static std::string weight_name(const Header& h, int64_t i) {
-  int32_t slot = -1, layer = -1;
-  if (!weight_entry(h, i, &slot, &layer)) return c10::str("weights[", i, "]");
-  return c10::str("weights[", i, "] (", kSlotNames[slot], layer >= 0 ? c10::str(", layer ", layer) : std::string(),
-                  ")");
-}
-
-void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorList weights, at::TensorList k_cache,
-                            at::TensorList v_cache, const at::Tensor& scratch, const at::Tensor& state,
-                            const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
-                            int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device) {
-  check_tensor(plan, "plan", at::kInt, device);
-  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, "tiles::decode_step: plan has shape ",
-              shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
-
+// Every weight is a bf16 tensor of its slot's shape.
+void check_weights(const Header& h, at::TensorList weights, c10::Device device) {
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == h.num_weights, "tiles::decode_step: weights has ",
               weights.size(), " tensors, the plan expects ", h.num_weights, " (", h.num_layers,
               " layers and the model's final slots; use tiles_ext.runtime.model_weights)");
@@ -113,7 +120,10 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
                 cols == 0 ? c10::str("[", rows, "]") : c10::str("[", rows, ", ", cols, "]"),
                 " (plan made for another model?)");
   }
+}
 
+// One bf16 [1, kv, max_len, head_dim] k and v tensor per layer, with the same max_len in every layer.
+void check_caches(const Header& h, at::TensorList k_cache, at::TensorList v_cache, c10::Device device) {
   TORCH_CHECK(static_cast<int64_t>(k_cache.size()) == h.num_layers &&
                   static_cast<int64_t>(v_cache.size()) == h.num_layers,
               "tiles::decode_step: k_cache/v_cache have ", k_cache.size(), "/", v_cache.size(),
@@ -132,14 +142,22 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
     }
   }
   TORCH_CHECK(max_len >= 1, "tiles::decode_step: KV cache has max_cache_len ", max_len);
+}
 
+// The scratch arena and the state, sized by the header.
+void check_arena_and_state(const Header& h, const at::Tensor& scratch, const at::Tensor& state, c10::Device device) {
   check_tensor(scratch, "scratch", at::kByte, device);
   TORCH_CHECK(scratch.dim() == 1 && scratch.numel() >= h.scratch_bytes, "tiles::decode_step: scratch has shape ",
               shape_str(scratch), ", the plan needs at least [", h.scratch_bytes, "] bytes");
   check_tensor(state, "state", at::kInt, device);
   TORCH_CHECK(state.dim() == 1 && state.numel() == h.state_words, "tiles::decode_step: state has shape ",
               shape_str(state), ", expected [", h.state_words, "] (state_words in plan_header)");
+}
 
+// The token, the position, the RoPE frequencies, the step count and the EOS ids.
+void check_small_args(const Header& h, const at::Tensor& input_ids, const at::Tensor& position,
+                      const at::Tensor& rope_inv_freq, int64_t num_steps, c10::IntArrayRef eos_ids,
+                      c10::Device device) {
   check_tensor(input_ids, "input_ids", at::kLong, device);
   TORCH_CHECK(input_ids.numel() == 1, "tiles::decode_step: input_ids has shape ", shape_str(input_ids),
               ", expected one element (batch 1, one token)");
@@ -150,7 +168,6 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
   TORCH_CHECK(rope_inv_freq.dim() == 1 && rope_inv_freq.size(0) == h.head_dim / 2,
               "tiles::decode_step: rope_inv_freq has shape ", shape_str(rope_inv_freq), ", expected [",
               h.head_dim / 2, "] (head_dim / 2)");
-
   TORCH_CHECK(num_steps >= 1 && num_steps <= kMaxSteps, "tiles::decode_step: num_steps ", num_steps,
               " outside 1..", kMaxSteps);
   TORCH_CHECK(static_cast<int64_t>(eos_ids.size()) <= kMaxEos, "tiles::decode_step: ", eos_ids.size(),
@@ -159,6 +176,29 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
     TORCH_CHECK(e >= 0 && e < h.vocab, "tiles::decode_step: eos id ", e, " outside the vocabulary [0, ", h.vocab,
                 ")");
   }
+}
+
+}  // namespace
+
+Header header_from_list(c10::IntArrayRef plan_header) {
+  const Header h = header_words(plan_header);
+  check_header_identity(h);
+  check_header_dims(h);
+  check_header_counts(h);
+  return h;
+}
+
+void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorList weights, at::TensorList k_cache,
+                            at::TensorList v_cache, const at::Tensor& scratch, const at::Tensor& state,
+                            const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
+                            int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device) {
+  check_tensor(plan, "plan", at::kInt, device);
+  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, "tiles::decode_step: plan has shape ",
+              shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
+  check_weights(h, weights, device);
+  check_caches(h, k_cache, v_cache, device);
+  check_arena_and_state(h, scratch, state, device);
+  check_small_args(h, input_ids, position, rope_inv_freq, num_steps, eos_ids, device);
 }
 
 }  // namespace tiles

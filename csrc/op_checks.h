@@ -23,10 +23,6 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
                             const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
                             int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device);
 
-// Expected [rows, cols] of weight i (cols 0 = a vector of `rows` elements), derived from the header dims.
-// From the generated weight_entry / slot_shape (planner/format.py); -1 for an index outside the list.
-void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* cols);
-
 // Max cache length (dim 2 of every k/v cache tensor); valid after check_decode_step_args.
 inline int64_t max_cache_len(at::TensorList k_cache) { return k_cache[0].size(2); }
 

@@ -1,6 +1,6 @@
 // The op schemas (one definition for every backend) and the Python module stub of tiles_ext._C.
-// Backends register their kernels separately: csrc/cpu (reference executor), csrc/cuda (persistent kernel),
-// tiles_ext/ops.py (fake kernel for torch.compile).
+// Backends register their kernels separately: csrc/cpu (reference executor, names), csrc/cuda (persistent
+// kernel), tiles_ext/ops.py (fake kernels for torch.compile).
 #include <Python.h>
 #include <torch/library.h>
 
@@ -15,6 +15,11 @@ TORCH_LIBRARY(tiles, m) {
       "float rope_scale, int num_steps, int[] eos_ids, int order_seed=0) -> (Tensor logits, Tensor tokens)");
   // The benchmark's read pass (tiles_ext/bench/bandwidth.py, csrc/read_checksum.h): the sum of x's 32-bit words.
   m.def("read_checksum(Tensor x) -> Tensor");
+  // Tile names and error messages as the C++ op prints them (csrc/plan_names.h), as UTF-8 bytes: the names of
+  // every tile, '\n'-separated, and the message of a state's error words. CPU only; tests hold them against the
+  // Python rules (tiles_ext.planner.plan.describe_tile, tiles_ext.errors.describe_error).
+  m.def("describe_tiles(Tensor plan, int[] plan_header) -> Tensor");
+  m.def("describe_error(Tensor plan, int[] plan_header, Tensor state) -> Tensor");
 }
 
 // `import tiles_ext._C` only needs a module object: the op registers through TORCH_LIBRARY when the shared

@@ -149,12 +149,19 @@ ERROR_DETAILS = {
 }
 # The detail of a WAIT_TIMEOUT whose ERROR_COUNTER is FLAG_WAIT_COUNTER (a poll of flagged input words).
 FLAG_WAIT_DETAIL = "a flagged input word carried epoch {seen_u}, waited for {wanted_u}"
-# The whole message. {where}: TILE_WHERE for a tile, else STEP_WAIT_WHERE (a WAIT_TIMEOUT) or NO_TILE_WHERE.
+# The whole message. {where}: TILE_WHERE for a tile of the plan (UNNAMED_TILE_WHERE for a tile index without
+# its plan), else STEP_WAIT_WHERE (a WAIT_TIMEOUT) or NO_TILE_WHERE.
 ERROR_MESSAGE = ("tiles decode kernel error {name} ({meaning}) in worker {worker}, {where}, step {step}: {detail}. "
                  "The state keeps the error and later launches on it do nothing: make a new runtime/state.")
 TILE_WHERE = "tile {tile} ({tile_name})"
 STEP_WAIT_WHERE = "the step-boundary wait for the previous step's token"
 NO_TILE_WHERE = "no tile (launch-time check)"
+# {where} of a tile the reader cannot name (no plan given, or an index outside the plan's tiles).
+UNNAMED_TILE_WHERE = "tile {tile}"
+# {name}, {meaning} and {detail} of a code outside ErrorCode (a state written by another build); {code}: ERROR.
+UNKNOWN_ERROR_NAME = "code {code}"
+UNKNOWN_ERROR_TEXT = "an error code this build does not define"
+UNKNOWN_ERROR_DETAIL = "counter {counter}, seen {seen}, wanted {wanted}"
 
 
 # Weight slots: every tensor a family can hand the op, with its shape as (rows, cols) ModelShape dimension names
@@ -393,7 +400,11 @@ def _render_names() -> list[str]:
             f"constexpr const char* kErrorMessage = {_c_string(ERROR_MESSAGE)};",
             f"constexpr const char* kTileWhere = {_c_string(TILE_WHERE)};",
             f"constexpr const char* kStepWaitWhere = {_c_string(STEP_WAIT_WHERE)};",
-            f"constexpr const char* kNoTileWhere = {_c_string(NO_TILE_WHERE)};", ""]
+            f"constexpr const char* kNoTileWhere = {_c_string(NO_TILE_WHERE)};",
+            f"constexpr const char* kUnnamedTileWhere = {_c_string(UNNAMED_TILE_WHERE)};",
+            f"constexpr const char* kUnknownErrorName = {_c_string(UNKNOWN_ERROR_NAME)};",
+            f"constexpr const char* kUnknownErrorText = {_c_string(UNKNOWN_ERROR_TEXT)};",
+            f"constexpr const char* kUnknownErrorDetail = {_c_string(UNKNOWN_ERROR_DETAIL)};", ""]
     return out
 
 

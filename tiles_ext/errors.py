@@ -11,13 +11,6 @@ import torch
 from tiles_ext.planner import format as fmt
 from tiles_ext.planner.format import FLAG_WAIT_COUNTER, ErrorCode, StateWord
 
-_MEANING = {
-    ErrorCode.WAIT_TIMEOUT: "a dependency wait exceeded its bound (a plan or kernel bug, never a valid schedule)",
-    ErrorCode.CACHE_FULL: "position + step reached the KV cache's capacity",
-    ErrorCode.BAD_TOKEN: "a token id outside the vocabulary",
-    ErrorCode.BAD_PLAN: "the device plan does not match the header it was launched with",
-}
-
 
 class TileKernelError(RuntimeError):
     """An error recorded by the decode kernel in the state tensor. `words` holds the raw error words."""
@@ -33,41 +26,36 @@ def error_words(state: torch.Tensor) -> dict:
     return {s.name.lower(): int(w[int(s)]) for s in StateWord}
 
 
+def _error_where(words: dict, plan) -> str:
+    """The message's {where}: the failing tile (named when the plan holds it), the step-boundary wait or none."""
+    tile = words["error_tile"]
+    if tile >= 0:
+        if plan is not None and tile < plan.header["num_tiles"]:
+            return fmt.TILE_WHERE.format(tile=tile, tile_name=plan.tile_name(tile))
+        return fmt.UNNAMED_TILE_WHERE.format(tile=tile)
+    return fmt.STEP_WAIT_WHERE if words["error"] == ErrorCode.WAIT_TIMEOUT else fmt.NO_TILE_WHERE
+
+
 def describe_error(words: dict, plan=None) -> str | None:
-    """A one-paragraph description of the recorded error, or None when the state holds none."""
+    """A one-paragraph description of the recorded error, or None when the state holds none. The texts are
+    planner/format.py's templates; csrc/plan_names.cpp formats the C++ op's messages from the same ones."""
     code = words["error"]
     if code == ErrorCode.OK:
         return None
-    try:
+    values = dict(code=code, counter=words["error_counter"], seen=words["error_seen"], wanted=words["error_wanted"],
+                  seen_u=words["error_seen"] & 0xFFFFFFFF, wanted_u=words["error_wanted"] & 0xFFFFFFFF)
+    if code in ErrorCode._value2member_map_:
         name = ErrorCode(code).name
-        meaning = _MEANING.get(ErrorCode(code), "")
-    except ValueError:
-        name, meaning = f"unknown error {code}", ""
-    tile = words["error_tile"]
-    if tile >= 0:
-        tile_txt = f"tile {tile}"
-        if plan is not None and tile < plan.header["num_tiles"]:
-            tile_txt += f" ({plan.tile_name(tile)})"
-    elif code == ErrorCode.WAIT_TIMEOUT:
-        tile_txt = "the step-boundary wait for the previous step's token"
+        meaning = fmt.ERROR_TEXTS.get(ErrorCode(code), "")
+        detail = fmt.ERROR_DETAILS.get(ErrorCode(code), "")
+        if code == ErrorCode.WAIT_TIMEOUT and words["error_counter"] == FLAG_WAIT_COUNTER:
+            detail = fmt.FLAG_WAIT_DETAIL
     else:
-        tile_txt = "no tile (launch-time check)"
-    seen, wanted = words["error_seen"] & 0xFFFFFFFF, words["error_wanted"] & 0xFFFFFFFF
-    if code == ErrorCode.WAIT_TIMEOUT and words["error_counter"] == FLAG_WAIT_COUNTER:
-        detail = f"; a flagged input word carried epoch {seen}, waited for {wanted}"
-    elif code == ErrorCode.WAIT_TIMEOUT:
-        detail = f"; counter {words['error_counter']} was at {seen}, waited for {wanted}"
-    elif code == ErrorCode.CACHE_FULL:
-        detail = f"; position {words['error_seen']} with max_cache_len {words['error_wanted']}"
-    elif code == ErrorCode.BAD_TOKEN:
-        detail = f"; token {words['error_seen']} with vocab {words['error_wanted']}"
-    elif code == ErrorCode.BAD_PLAN:
-        detail = f"; device word {words['error_seen']}, header says {words['error_wanted']}"
-    else:
-        detail = ""
-    return (f"tiles decode kernel error {name} ({meaning}) in worker {words['error_worker']}, {tile_txt}, "
-            f"step {words['error_step']}{detail}. The state keeps the error and later launches on it do nothing: "
-            f"make a new runtime/state.")
+        name = fmt.UNKNOWN_ERROR_NAME.format(**values)
+        meaning, detail = fmt.UNKNOWN_ERROR_TEXT, fmt.UNKNOWN_ERROR_DETAIL
+    return fmt.ERROR_MESSAGE.format(name=name, meaning=meaning, worker=words["error_worker"],
+                                    where=_error_where(words, plan), step=words["error_step"],
+                                    detail=detail.format(**values))
 
 
 def check_state(state: torch.Tensor, plan=None) -> None:

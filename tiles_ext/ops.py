@@ -1,4 +1,5 @@
-"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, read_checksum).
+"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, read_checksum, and the
+names ops describe_tiles / describe_error).
 
 Callers go through tiles_ext.runtime.TileRuntime.step, which owns the plan tensor, scratch and state.
 
@@ -49,8 +50,18 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
     return logits, tokens
 
 
-
 @torch.library.register_fake("tiles::read_checksum")
 def _read_checksum_fake(x):
     # The benchmark's read pass (tiles_ext/bench/bandwidth.py): one int64 scalar on x's device.
     return x.new_empty((), dtype=torch.int64)
+
+
+@torch.library.register_fake("tiles::describe_tiles")
+def _describe_tiles_fake(plan, plan_header):
+    # UTF-8 bytes whose length depends on the plan's contents.
+    return plan.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)
+
+
+@torch.library.register_fake("tiles::describe_error")
+def _describe_error_fake(plan, plan_header, state):
+    return plan.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)

@@ -23,5 +23,9 @@ struct PlanView {
 // header's dimensions; throws (TORCH_CHECK) naming the table, entry and field. `blob` has `words` int32 words.
 PlanView view_plan(const int32_t* blob, int64_t words, const Header& host_header);
 
+// Only the first step of view_plan: the blob's header equals the host header and every section lies inside the
+// blob. Enough for reading names (plan_names.h reads only in-range entries), not for executing the plan.
+PlanView plan_sections(const int32_t* blob, int64_t words, const Header& host_header);
+
 }  // namespace cpu
 }  // namespace tiles

@@ -21,25 +21,17 @@
 #include "cpu/plan_view.h"
 #include "cpu/tile_ops.h"
 #include "op_checks.h"
+#include "plan_names.h"
 
 namespace tiles {
 namespace cpu {
 
 namespace {
 
-const char* op_name(int32_t op) {
-  static const char* names[] = {"?", "embed", "qkv", "attn", "merge", "resid", "gateup", "lmhead", "argmax"};
-  return op >= 1 && op <= 8 ? names[op] : "?";
-}
-
-std::string describe(const PlanView& p, int32_t ti) {
-  const Tile& t = p.tiles[ti];
-  std::string s = c10::str("tile ", ti, " (", op_name(t.op));
-  if (t.layer >= 0) s += c10::str(", layer ", t.layer);
-  if (t.op == kOpAttn) s += c10::str(", kv head ", t.aux0, ", partition ", t.aux1);
-  if (t.op == kOpMerge) s += c10::str(", kv head ", t.aux0);
-  if (t.row_end > t.row_begin) s += c10::str(", rows ", t.row_begin, ":", t.row_end);
-  return s + ")";
+// "tile 12 (L0.attn[h0 p0])": the tile as every message names it (plan_names.h).
+std::string tile_where(const PlanView& p, int32_t ti) {
+  return format_template(kTileWhere, {{"tile", std::to_string(ti)}, {"tile_name", tile_name(p.h, p.tiles[ti],
+                                                                                               p.weights)}});
 }
 
 struct Worker {
@@ -48,55 +40,39 @@ struct Worker {
   int64_t step;        // step of the next tile
 };
 
+// What one launch is asked to do, beside the plan and the tensors LaunchIO points at.
+struct LaunchArgs {
+  int64_t num_steps, position, input_token;
+  const float* inv_freq;
+  float rope_scale;
+  c10::IntArrayRef eos_ids;
+  float* logits;
+  int64_t* tokens;
+  uint64_t order_seed;
+  int64_t scratch_bytes;
+};
+
 class Executor {
  public:
-  Executor(const PlanView& plan, const LaunchIO& io, int32_t* state, int64_t num_steps, int64_t position,
-           int64_t input_token, const float* inv_freq, float rope_scale, c10::IntArrayRef eos_ids, float* logits,
-           int64_t* tokens, uint64_t order_seed, int64_t scratch_bytes)
-      : p_(plan), io_(io), state_(state), num_steps_(num_steps), position_(position), input_token_(input_token),
-        eos_(eos_ids.begin(), eos_ids.end()), logits_(logits), tokens_(tokens), seed_(order_seed),
-        scratch_bytes_(scratch_bytes), rng_(order_seed) {
+  Executor(const PlanView& plan, const LaunchIO& io, int32_t* state, const LaunchArgs& a)
+      : p_(plan), io_(io), state_(state), num_steps_(a.num_steps), position_(a.position),
+        input_token_(a.input_token), eos_(a.eos_ids.begin(), a.eos_ids.end()), logits_(a.logits), tokens_(a.tokens),
+        seed_(a.order_seed), scratch_bytes_(a.scratch_bytes), rng_(a.order_seed) {
     epoch0_ = uint32_t(state_[kStateEpoch]);
-    const int64_t half = p_.h.head_dim / 2;
-    cos_.resize(num_steps * half);
-    sin_.resize(num_steps * half);
-    for (int64_t s = 0; s < num_steps; ++s) {
-      for (int64_t i = 0; i < half; ++i) {
-        const float ang = float(position + s) * inv_freq[i];
-        cos_[s * half + i] = std::cos(ang) * rope_scale;
-        sin_[s * half + i] = std::sin(ang) * rope_scale;
-      }
-    }
+    rope_tables(a.inv_freq, a.rope_scale);
     for (int64_t w = 0; w < p_.h.num_workers; ++w) {
       workers_.push_back({p_.worker_offsets[w], p_.worker_offsets[w + 1], p_.worker_offsets[w], 0});
     }
   }
 
+  // Advances ready workers one tile at a time until every worker has run its steps; raises on a deadlock.
   int64_t run() {
-    std::vector<int64_t> ready;
     int64_t cursor = 0;
     const int64_t W = int64_t(workers_.size());
     while (true) {
       bool any_active = false;
-      ready.clear();
-      int64_t pick = -1;
-      for (int64_t k = 0; k < W; ++k) {
-        // Round-robin looks from the cursor on and stops at the first ready worker; random mode needs them all.
-        const int64_t w = seed_ == 0 ? (cursor + k) % W : k;
-        if (!active(w)) continue;
-        any_active = true;
-        if (is_ready(w)) {
-          if (seed_ == 0) {
-            pick = w;
-            break;
-          }
-          ready.push_back(w);
-        }
-      }
+      const int64_t pick = pick_worker(cursor, &any_active);
       if (!any_active) break;
-      if (seed_ != 0 && !ready.empty()) {
-        pick = ready[std::uniform_int_distribution<int64_t>(0, int64_t(ready.size()) - 1)(rng_)];
-      }
       if (pick < 0) fail_stuck();
       advance(pick);
       cursor = (pick + 1) % W;
@@ -105,6 +81,20 @@ class Executor {
   }
 
  private:
+  // cos/sin(float(pos) * inv_freq[i]) * rope_scale for every step's position (docs/numerics.md).
+  void rope_tables(const float* inv_freq, float rope_scale) {
+    const int64_t half = p_.h.head_dim / 2;
+    cos_.resize(num_steps_ * half);
+    sin_.resize(num_steps_ * half);
+    for (int64_t s = 0; s < num_steps_; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float ang = float(position_ + s) * inv_freq[i];
+        cos_[s * half + i] = std::cos(ang) * rope_scale;
+        sin_[s * half + i] = std::sin(ang) * rope_scale;
+      }
+    }
+  }
+
   uint32_t& counter(int32_t c) {
     return reinterpret_cast<uint32_t*>(state_)[kStateHeaderWords + int64_t(c) * p_.h.counter_stride];
   }
@@ -114,6 +104,23 @@ class Executor {
     if (k.begin == k.end) return false;
     if (k.step >= num_steps_) return false;
     return stop_after_ < 0 || k.step <= stop_after_;
+  }
+
+  // The worker to advance next, or -1 when none is ready. Round-robin looks from the cursor on and stops at the
+  // first ready worker; random mode picks uniformly among all ready ones.
+  int64_t pick_worker(int64_t cursor, bool* any_active) {
+    const int64_t W = int64_t(workers_.size());
+    ready_.clear();
+    for (int64_t k = 0; k < W; ++k) {
+      const int64_t w = seed_ == 0 ? (cursor + k) % W : k;
+      if (!active(w)) continue;
+      *any_active = true;
+      if (!is_ready(w)) continue;
+      if (seed_ == 0) return w;
+      ready_.push_back(w);
+    }
+    if (ready_.empty()) return -1;
+    return ready_[std::uniform_int_distribution<int64_t>(0, int64_t(ready_.size()) - 1)(rng_)];
   }
 
   // format.py: wait until (int32)(counter - (e + step_offset) * count) >= 0 with e = epoch0 + step + 1.
@@ -134,15 +141,15 @@ class Executor {
     return true;
   }
 
-  void advance(int64_t w) {
-    Worker& k = workers_[w];
-    const int32_t ti = p_.worker_tiles[k.pc];
-    const Tile& t = p_.tiles[ti];
-    const int64_t s = k.step;
-    if (s > started_step_) {
-      started_step_ = s;
-      if (seed_ != 0) std::memset(io_.scratch, 0xFF, scratch_bytes_);  // all-ones bits: NaN in f32 and bf16
-    }
+  // The first tile of step s poisons the scratch arena in random mode (all-ones bits: NaN in f32 and bf16), so a
+  // tile that reads before its producer ran shows up.
+  void begin_step(int64_t s) {
+    if (s <= started_step_) return;
+    started_step_ = s;
+    if (seed_ != 0) std::memset(io_.scratch, 0xFF, scratch_bytes_);
+  }
+
+  StepIO step_io(int64_t s) const {
     StepIO st;
     st.step = s;
     st.pos = position_ + s;
@@ -151,34 +158,50 @@ class Executor {
     st.cos = cos_.data() + s * half;
     st.sin = sin_.data() + s * half;
     st.logits = logits_ + s * p_.h.vocab;
-    if (t.op == kOpEmbed && (st.token < 0 || st.token >= p_.h.vocab)) {
-      set_error(kErrorBadToken, w, ti, s, -1, 0, 0);
-      TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", describe(p_, ti), " at step ", s, " embeds token ",
-                  st.token, ", outside the vocabulary [0, ", p_.h.vocab, ") (the previous step's ARGMAX had not "
-                  "run: the plan is missing a dependency)");
-    }
+    return st;
+  }
+
+  void advance(int64_t w) {
+    Worker& k = workers_[w];
+    const int32_t ti = p_.worker_tiles[k.pc];
+    const Tile& t = p_.tiles[ti];
+    const int64_t s = k.step;
+    begin_step(s);
+    const StepIO st = step_io(s);
+    if (t.op == kOpEmbed) check_embed_token(w, ti, st);
     const int64_t tok = run_tile(io_, st, t);
-    if (t.op == kOpArgmax) {
-      if (tok < 0 || tok >= p_.h.vocab) {
-        set_error(kErrorBadToken, w, ti, s, -1, 0, 0);
-        TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", describe(p_, ti), " at step ", s,
-                    " produced token ", tok, " outside the vocabulary (LM head partials were not written: the plan "
-                    "is missing a dependency)");
-      }
-      tokens_[s] = tok;
-      bool eos = false;
-      for (int64_t e : eos_) eos |= e == tok;
-      if (eos || s + 1 == num_steps_) {
-        // The launch's last ARGMAX publishes the steps done; epoch advances by them (monotonic, never reset).
-        stop_after_ = s;
-        state_[kStateStepsDone] = int32_t(s + 1);
-        state_[kStateEpoch] = int32_t(epoch0_ + uint32_t(s + 1));
-      }
-    }
+    if (t.op == kOpArgmax) finish_argmax(w, ti, s, tok);
     counter(t.signal) += 1u;
     if (++k.pc == k.end) {
       k.pc = k.begin;
       ++k.step;
+    }
+  }
+
+  void check_embed_token(int64_t w, int32_t ti, const StepIO& st) {
+    if (st.token >= 0 && st.token < p_.h.vocab) return;
+    set_error(kErrorBadToken, w, ti, st.step, -1, uint32_t(st.token), uint32_t(p_.h.vocab));
+    TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", st.step,
+                " embeds token ", st.token, ", outside the vocabulary [0, ", p_.h.vocab, ") (the previous step's "
+                "ARGMAX had not run: the plan is missing a dependency)");
+  }
+
+  // The step's token; the launch's last ARGMAX (an EOS id, or the last step) publishes the steps done, and the
+  // epoch advances by them (monotonic, never reset).
+  void finish_argmax(int64_t w, int32_t ti, int64_t s, int64_t tok) {
+    if (tok < 0 || tok >= p_.h.vocab) {
+      set_error(kErrorBadToken, w, ti, s, -1, uint32_t(tok), uint32_t(p_.h.vocab));
+      TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", s,
+                  " produced token ", tok, " outside the vocabulary (LM head partials were not written: the plan "
+                  "is missing a dependency)");
+    }
+    tokens_[s] = tok;
+    bool eos = false;
+    for (int64_t e : eos_) eos |= e == tok;
+    if (eos || s + 1 == num_steps_) {
+      stop_after_ = s;
+      state_[kStateStepsDone] = int32_t(s + 1);
+      state_[kStateEpoch] = int32_t(epoch0_ + uint32_t(s + 1));
     }
   }
 
@@ -192,19 +215,26 @@ class Executor {
     state_[kStateErrorWanted] = int32_t(wanted);
   }
 
-  [[noreturn]] void fail_stuck() {
-    // Every active worker is blocked. Report the most upstream one (earliest step, then lowest tile index: the
-    // planner numbers tiles in stage order), since the others usually wait on it transitively.
-    int64_t best = -1, blocked = 0;
+  // Every active worker is blocked: the most upstream one (earliest step, then lowest tile index: the planner
+  // numbers tiles in stage order), since the others usually wait on it transitively. Also counts the blocked.
+  int64_t most_upstream_blocked(int64_t* blocked) const {
+    int64_t best = -1;
+    *blocked = 0;
     for (int64_t w = 0; w < int64_t(workers_.size()); ++w) {
       if (!active(w)) continue;
-      ++blocked;
+      ++*blocked;
       const Worker& k = workers_[w];
       if (best < 0 || k.step < workers_[best].step ||
           (k.step == workers_[best].step && p_.worker_tiles[k.pc] < p_.worker_tiles[workers_[best].pc])) {
         best = w;
       }
     }
+    return best;
+  }
+
+  [[noreturn]] void fail_stuck() {
+    int64_t blocked = 0;
+    const int64_t best = most_upstream_blocked(&blocked);
     TORCH_CHECK(best >= 0, "tiles::decode_step: internal error: no worker ready but none blocked");
     const Worker& k = workers_[best];
     const int32_t ti = p_.worker_tiles[k.pc];
@@ -215,7 +245,7 @@ class Executor {
       if (!wait_holds(wt, k.step, &seen, &wanted)) {
         set_error(kErrorWaitTimeout, best, ti, k.step, wt.counter, seen, wanted);
         TORCH_CHECK(false, "tiles::decode_step: plan deadlock: worker ", best, " waits forever at ",
-                    describe(p_, ti), ", step ", k.step, ": counter ", wt.counter, " is ", seen, ", needs ", wanted,
+                    tile_where(p_, ti), ", step ", k.step, ": counter ", wt.counter, " is ", seen, ", needs ", wanted,
                     " (", wt.count, " arrivals per step, step_offset ", wt.step_offset, "); ", blocked,
                     " workers blocked, none can advance. The plan's waits cannot be satisfied.");
       }
@@ -236,8 +266,40 @@ class Executor {
   uint32_t epoch0_ = 0;
   std::vector<float> cos_, sin_;
   std::vector<Worker> workers_;
+  std::vector<int64_t> ready_;
   int64_t stop_after_ = -1;
   int64_t started_step_ = -1;
+};
+
+// What a launch checks before it runs a tile: a state without an earlier error (its counters would be
+// inconsistent), a position and steps that fit the cache, and an input token inside the vocabulary.
+void check_launch(const PlanView& view, const int32_t* st, int64_t pos, int64_t token, int64_t num_steps,
+                  int64_t max_len) {
+  const Header& h = view.h;
+  TORCH_CHECK(st[kStateError] == kErrorOk, "tiles::decode_step: the state tensor holds an error from an earlier "
+              "launch, so its counters are inconsistent: make a new state (a new TileRuntime). ",
+              error_message(h, st, view.tiles, view.weights));
+  TORCH_CHECK(pos >= 0, "tiles::decode_step: position ", pos, " is negative");
+  TORCH_CHECK(pos + num_steps <= max_len, "tiles::decode_step: KV cache full: ", num_steps,
+              " step(s) from position ", pos, " would write cache index ", pos + num_steps - 1,
+              " but max_cache_len is ", max_len, " (allocate a larger StaticCache)");
+  TORCH_CHECK(token >= 0 && token < h.vocab, "tiles::decode_step: input token id ", token,
+              " is outside the vocabulary [0, ", h.vocab, ")");
+}
+
+// The raw pointers a launch's tiles read and write (LaunchIO points into these).
+struct LaunchPointers {
+  std::vector<const uint16_t*> weights;
+  std::vector<uint16_t*> k_cache, v_cache;
+
+  LaunchPointers(at::TensorList w, at::TensorList k, at::TensorList v)
+      : weights(w.size()), k_cache(k.size()), v_cache(v.size()) {
+    for (size_t i = 0; i < w.size(); ++i) weights[i] = reinterpret_cast<const uint16_t*>(w[i].data_ptr());
+    for (size_t l = 0; l < k.size(); ++l) {
+      k_cache[l] = reinterpret_cast<uint16_t*>(k[l].data_ptr());
+      v_cache[l] = reinterpret_cast<uint16_t*>(v[l].data_ptr());
+    }
+  }
 };
 
 std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::IntArrayRef plan_header,
@@ -252,39 +314,23 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
                          num_steps, eos_ids, c10::Device(c10::kCPU));
   TORCH_CHECK(order_seed >= 0, "tiles::decode_step: order_seed ", order_seed, " must be >= 0");
   const PlanView view = view_plan(plan.data_ptr<int32_t>(), plan.numel(), h);
-
   int32_t* st = state.data_ptr<int32_t>();
-  TORCH_CHECK(st[kStateError] == kErrorOk, "tiles::decode_step: the state tensor holds error ", st[kStateError],
-              " from an earlier launch (worker ", st[kStateErrorWorker], ", tile ", st[kStateErrorTile], ", step ",
-              st[kStateErrorStep], "); its counters are inconsistent: make a new state (a new TileRuntime)");
   const int64_t pos = position.item<int64_t>();
   const int64_t token = input_ids.item<int64_t>();
-  const int64_t max_len = k_cache[0].size(2);
-  TORCH_CHECK(pos >= 0, "tiles::decode_step: position ", pos, " is negative");
-  TORCH_CHECK(pos + num_steps <= max_len, "tiles::decode_step: KV cache full: ", num_steps,
-              " step(s) from position ", pos, " would write cache index ", pos + num_steps - 1,
-              " but max_cache_len is ", max_len, " (allocate a larger StaticCache)");
-  TORCH_CHECK(token >= 0 && token < h.vocab, "tiles::decode_step: input token id ", token,
-              " is outside the vocabulary [0, ", h.vocab, ")");
+  const int64_t max_len = max_cache_len(k_cache);
+  check_launch(view, st, pos, token, num_steps, max_len);
 
   auto logits = at::full({num_steps, h.vocab}, std::numeric_limits<float>::quiet_NaN(),
                          at::TensorOptions().dtype(at::kFloat));
   auto tokens = at::full({num_steps}, -1, at::TensorOptions().dtype(at::kLong));
-
-  std::vector<const uint16_t*> w(weights.size());
-  for (size_t i = 0; i < weights.size(); ++i) w[i] = reinterpret_cast<const uint16_t*>(weights[i].data_ptr());
-  std::vector<uint16_t*> kc(h.num_layers), vc(h.num_layers);
-  for (int64_t l = 0; l < h.num_layers; ++l) {
-    kc[l] = reinterpret_cast<uint16_t*>(k_cache[l].data_ptr());
-    vc[l] = reinterpret_cast<uint16_t*>(v_cache[l].data_ptr());
-  }
+  const LaunchPointers ptrs(weights, k_cache, v_cache);
   float eps;
   std::memcpy(&eps, &h.eps_bits, 4);
-  LaunchIO io{&view, scratch.data_ptr<uint8_t>(), w.data(), kc.data(), vc.data(), max_len, eps};
-
-  Executor ex(view, io, st, num_steps, pos, token, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
-              logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes);
-  ex.run();
+  const LaunchIO io{&view, scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.k_cache.data(),
+                    ptrs.v_cache.data(), max_len, eps};
+  const LaunchArgs args{num_steps, pos, token, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
+                        logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes};
+  Executor(view, io, st, args).run();
   return {logits, tokens};
 }
 

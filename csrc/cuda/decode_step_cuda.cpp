@@ -10,9 +10,11 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/decode_kernel.h"
 #include "op_checks.h"
+#include "plan_names.h"
 
 namespace tiles {
 namespace {
@@ -33,40 +35,6 @@ int64_t env_int(const char* name, int64_t dflt) {
   return x;
 }
 
-const char* error_name(int32_t code) {
-  switch (code) {
-    case kErrorWaitTimeout: return "WAIT_TIMEOUT (a dependency wait exceeded its bound: a plan or kernel bug)";
-    case kErrorCacheFull: return "CACHE_FULL (position + step reached the KV cache capacity)";
-    case kErrorBadToken: return "BAD_TOKEN (token id outside the vocabulary)";
-    case kErrorBadPlan: return "BAD_PLAN (the device plan does not match the header it was launched with)";
-    default: return "UNKNOWN";
-  }
-}
-
-const char* op_name(int32_t op) {
-  switch (op) {
-    case kOpEmbed: return "embed";
-    case kOpQkv: return "qkv";
-    case kOpAttn: return "attn";
-    case kOpMerge: return "merge";
-    case kOpResid: return "resid";
-    case kOpGateup: return "gateup";
-    case kOpLmhead: return "lmhead";
-    case kOpArgmax: return "argmax";
-    default: return "?";
-  }
-}
-
-// Same wording as tiles_ext.planner.plan.describe_tile.
-std::string describe_tile(const Tile& t) {
-  std::string where = t.layer >= 0 ? c10::str("L", t.layer, ".") : std::string();
-  if (t.op == kOpAttn) return c10::str(where, op_name(t.op), "[h", t.aux0, " p", t.aux1, "]");
-  if (t.op == kOpMerge) return c10::str(where, op_name(t.op), "[h", t.aux0, "]");
-  if (t.op == kOpQkv || t.op == kOpResid || t.op == kOpGateup || t.op == kOpLmhead)
-    return c10::str(where, op_name(t.op), "[w", t.weight, "] rows ", t.row_begin, ":", t.row_end);
-  return c10::str(where, op_name(t.op));
-}
-
 // Error words of a state tensor, mirrored into pinned host memory after each (non-captured) launch and read at the
 // next call once the copy's event has completed.
 struct ErrorMirror {
@@ -81,40 +49,33 @@ std::unordered_map<const void*, ErrorMirror>& mirrors() {
   return *m;
 }
 
-// Synchronous read of the error words (error path and TILES_SYNC_CHECK only) and the exception.
+// Synchronous read of the error words (error path and TILES_SYNC_CHECK only) and the exception. The message is
+// tiles_ext.errors.describe_error's (plan_names.h), the failing tile named from the device plan's tables.
 void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& state, const char* when) {
   int32_t w[kStateStepsDone + 1];
   TILES_CUDA_CHECK(cudaMemcpy(w, state.data_ptr(), sizeof(w), cudaMemcpyDeviceToHost), "reading the error words");
   if (w[kStateError] == kErrorOk) return;
   const int32_t tile = w[kStateErrorTile];
-  std::string tile_desc = "no tile (launch-time check)";
-  if (tile >= 0 && tile < h.num_tiles) {
+  const int32_t* blob = plan.data_ptr<int32_t>();
+  const bool named = tile >= 0 && tile < h.num_tiles && h.tiles_offset >= 0 &&
+                     int64_t(h.tiles_offset) + int64_t(h.num_tiles) * kTileWords <= plan.numel();
+  std::string name;
+  if (named) {
     Tile t;
-    TILES_CUDA_CHECK(cudaMemcpy(&t, plan.data_ptr<int32_t>() + h.tiles_offset + int64_t(tile) * kTileWords,
-                                sizeof(Tile), cudaMemcpyDeviceToHost),
+    TILES_CUDA_CHECK(cudaMemcpy(&t, blob + h.tiles_offset + int64_t(tile) * kTileWords, sizeof(Tile),
+                                cudaMemcpyDeviceToHost),
                      "reading the failing tile");
-    tile_desc = c10::str("tile ", tile, " (", describe_tile(t), ")");
-  } else if (tile == -1 && w[kStateError] == kErrorWaitTimeout) {
-    tile_desc = "the step-boundary wait for the previous step's token";
+    std::vector<Weight> table(h.num_weights);
+    const bool has_table = h.weights_offset >= 0 &&
+                           int64_t(h.weights_offset) + int64_t(h.num_weights) * kWeightWords <= plan.numel();
+    if (has_table && !table.empty()) {
+      TILES_CUDA_CHECK(cudaMemcpy(table.data(), blob + h.weights_offset, table.size() * sizeof(Weight),
+                                  cudaMemcpyDeviceToHost),
+                       "reading the weight table");
+    }
+    name = tile_name(h, t, has_table ? table.data() : nullptr);
   }
-  std::string detail;
-  if (w[kStateError] == kErrorWaitTimeout && w[kStateErrorCounter] == kFlagWaitCounter) {
-    detail = c10::str(": a flagged input word carried epoch ", static_cast<uint32_t>(w[kStateErrorSeen]),
-                      ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
-  } else if (w[kStateError] == kErrorWaitTimeout) {
-    detail = c10::str(": counter ", w[kStateErrorCounter], " was at ", static_cast<uint32_t>(w[kStateErrorSeen]),
-                      ", waited for ", static_cast<uint32_t>(w[kStateErrorWanted]));
-  } else if (w[kStateError] == kErrorCacheFull) {
-    detail = c10::str(": position ", w[kStateErrorSeen], " with max_cache_len ", w[kStateErrorWanted]);
-  } else if (w[kStateError] == kErrorBadToken) {
-    detail = c10::str(": token ", w[kStateErrorSeen], " with vocab ", w[kStateErrorWanted]);
-  } else if (w[kStateError] == kErrorBadPlan) {
-    detail = c10::str(": device word ", w[kStateErrorSeen], ", header says ", w[kStateErrorWanted]);
-  }
-  TORCH_CHECK(false, "tiles::decode_step (CUDA): ", when, " failed with ", error_name(w[kStateError]), " in worker ",
-              w[kStateErrorWorker], ", ", tile_desc, ", step ", w[kStateErrorStep], detail,
-              ". The state tensor keeps the error and later launches on it do nothing: make a new runtime/state "
-              "(tiles_ext.errors.check_state(state, plan) describes it).");
+  TORCH_CHECK(false, "tiles::decode_step (CUDA): ", when, " failed: ", error_message(w, named ? &name : nullptr));
 }
 
 void check_previous_launch(const at::Tensor& plan, const Header& h, const at::Tensor& state) {

@@ -130,6 +130,10 @@ constexpr const char* kErrorMessage = "tiles decode kernel error {name} ({meanin
 constexpr const char* kTileWhere = "tile {tile} ({tile_name})";
 constexpr const char* kStepWaitWhere = "the step-boundary wait for the previous step's token";
 constexpr const char* kNoTileWhere = "no tile (launch-time check)";
+constexpr const char* kUnnamedTileWhere = "tile {tile}";
+constexpr const char* kUnknownErrorName = "code {code}";
+constexpr const char* kUnknownErrorText = "an error code this build does not define";
+constexpr const char* kUnknownErrorDetail = "counter {counter}, seen {seen}, wanted {wanted}";
 
 struct Header {
   int32_t magic;  // MAGIC
