@@ -65,8 +65,12 @@ def test_teacher_forced_parity(case):
 # top-2 logits lie within TIE_GAP; NEAR_TIES names, per case, the generated-token index of each such divergence
 # seen (None: the sequences are equal).
 GENERATE = ["qwen2-g7-hd64-tied", "qwen3-g2-hd128-q512-tied", "mistral-g4-hd128-q1024", "phi3-g1-hd96"]
-NEAR_TIES = {"qwen2-g7-hd64-tied": None, "qwen3-g2-hd128-q512-tied": None, "mistral-g4-hd128-q1024": 16,
-             "phi3-g1-hd96": None}
+NEAR_TIES = {
+    "qwen2-g7-hd64-tied": 22,        # tokens 123 / 807: BF16 logits 4.875 / 4.844, fp32 4.8766 / 4.8743
+    "qwen3-g2-hd128-q512-tied": 10,  # tokens 434 / 134: BF16 2.656 / 2.641, fp32 2.6472 / 2.6454
+    "mistral-g4-hd128-q1024": 16,    # tokens 120 / 864: BF16 4.0625 / 4.0625 (exact tie), fp32 4.0398 / 4.0760
+    "phi3-g1-hd96": None,
+}
 NEW = 24
 
 
