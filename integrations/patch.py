@@ -34,6 +34,7 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
     if is_patched(model):
         return model
     family = causal_lm.family_of(model)
+    family.check_window(model.config)
     device = causal_lm.check_model(model)
     plan = plan_for(model.config, device, workers, plan_cache_dir)
     weights = family.weights(model, plan.shape)

@@ -55,24 +55,31 @@ def available_configs() -> list[str]:
     return sorted(names)
 
 
+def config_from_dict(d: dict):
+    """A config.json dict as the transformers config class of its model_type (LlamaConfig, Qwen2Config, ...)."""
+    from transformers import AutoConfig
+    d = dict(d)
+    return AutoConfig.for_model(d.pop("model_type", "llama"), **d)
+
+
 def load_config(name: str):
-    """A shipped config (see config_path) as a transformers LlamaConfig."""
-    from transformers import LlamaConfig
-    return LlamaConfig.from_dict(json.loads(config_path(name).read_text()))
+    """A shipped config (see config_path) as the transformers config class of its model_type."""
+    return config_from_dict(json.loads(config_path(name).read_text()))
 
 
 def random_model(config, device="cpu", dtype=torch.bfloat16, seed: int = 0):
-    """A LlamaForCausalLM with transformers' own random initialisation (normal, std=initializer_range), seeded.
-    `config`: a LlamaConfig or the name of a shipped config. Built directly on `device` (fast on a GPU).
+    """The causal LM of `config`'s model_type (LlamaForCausalLM, Qwen2ForCausalLM, ...) with transformers' own
+    random initialisation (normal, std=initializer_range), seeded. `config`: a transformers config or the name of a
+    shipped config. Built directly on `device` (fast on a GPU).
     Random weights give nearly tied logits: compare logits, not free-running tokens."""
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
     if isinstance(config, str):
         config = load_config(config)
     torch.manual_seed(seed)
     if torch.device(device).type == "cuda":
         torch.cuda.manual_seed_all(seed)
     with torch.device(device):
-        model = LlamaForCausalLM._from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
 
 
@@ -120,14 +127,14 @@ def _load_gguf(gguf: Path):
 
 
 def _dense_copy(gguf_model, dtype):
-    """A plain LlamaForCausalLM (no quantization config) holding gguf_model's weights in `dtype`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A plain causal LM of gguf_model's model_type (no quantization config) holding its weights in `dtype`."""
+    from transformers import AutoModelForCausalLM
     cfg = gguf_model.config.to_dict()
     for k in ("quantization_config", "_name_or_path", "transformers_version"):
         cfg.pop(k, None)
     cfg["dtype"] = str(dtype).removeprefix("torch.")
-    config = LlamaConfig.from_dict(cfg)
-    dense = LlamaForCausalLM._from_config(config, dtype=dtype)
+    config = config_from_dict(cfg)
+    dense = AutoModelForCausalLM.from_config(config, dtype=dtype)
     state = {k: v.detach().to(dtype) for k, v in gguf_model.state_dict().items()}
     # A packed (still quantized) tensor fails here on its shape; a missing or extra weight fails just below.
     missing, unexpected = dense.load_state_dict(state, strict=False)
