@@ -214,3 +214,21 @@ def test_truncated_user_checkpoint_is_named(tmp_path):
     _truncate(tmp_path / "model.safetensors", lambda n: n - 10)
     with pytest.raises(ModelLoadError, match=r"model.safetensors is truncated .*the checkpoint is damaged"):
         load_model(tmp_path)
+
+
+def test_demo_names_a_model_patch_refuses(default_model, tmp_path, capsys):
+    """--model with a checkpoint the planner cannot serve (head_dim 16): one line naming it, exit status 2."""
+    from tiles_ext import demo
+    _, tokenizer = default_model
+    config = _tiny_config(vocab_size=len(tokenizer))
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert demo.main(["--max-new-tokens", "2", "--device", "cpu", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err  # after Transformers' progress bars
+    assert "\ntiles_ext.demo: unsupported Llama config: head_dim 16" in err and "Traceback" not in err, err
+
+
+def test_demo_names_a_missing_checkpoint(tmp_path, capsys):
+    from tiles_ext import demo
+    assert demo.main(["--model", str(tmp_path / "none"), "--device", "cpu"]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
