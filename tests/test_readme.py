@@ -127,3 +127,37 @@ def test_no_history_words():
     text = README.read_text()
     for pattern in (r"\bsession \d+", r"\bcall \d+", r"perf log", r"\bv\d{2}\b", r"\bexperiment"):
         assert not re.search(pattern, text, re.IGNORECASE), pattern
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_where_we_stand_figures_are_the_results_block_s():
+    """'Where we stand' restates the results block for users: its ms/token, tokens/s and speed-ups are computed
+    from the block's medians, so a new benchmark run that changes them fails here until the text follows."""
+    text = README.read_text()
+    block = text[text.index("<!-- results:start -->"):text.index("<!-- results:end -->")]
+    lines = block.splitlines()
+    header = _cells(next(x for x in lines if x.startswith("| workload")))
+    measured = {}
+    for line in lines:
+        m = re.match(r"\| (.+?), prompt (\d+) \|", line)
+        if m:
+            values = dict(zip(header, _cells(line)))
+            measured[(m.group(1), m.group(2))] = {k: float(v.split()[0]) for k, v in values.items()
+                                                  if re.match(r"[\d.]+ ", v + " ") and k != "workload"}
+    stand = text[text.index("## Where we stand"):text.index("**Not supported yet.**")]
+    rows = [x for x in stand.splitlines() if re.match(r"\| .+?, \d+ tokens \|", x)]
+    assert len(rows) == len(measured) > 0
+    for line in rows:
+        cells = _cells(line)
+        model, prompt = re.match(r"(.+?), (\d+) tokens", cells[0]).groups()
+        row = measured[(model, prompt)]
+        gen = row["Tiles generate"]
+        ms, tps = re.match(r"([\d.]+) ms/token \((\d+) tokens/s\)", cells[1]).groups()
+        assert ms == f"{gen:.2f}" and abs(int(tps) - 1000 / gen) <= 1, line
+        for cell, column in zip(cells[2:], ("HF eager", "HF compile", "CUDA graph step", "llama.cpp")):
+            ratio = float(re.match(r"([\d.]+)x", cell).group(1))
+            tolerance = 0.051 if ratio >= 10 else 0.0051  # the table rounds to 3 significant digits
+            assert abs(ratio - row[column] / gen) <= tolerance, (line, column, row[column] / gen)
