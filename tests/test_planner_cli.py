@@ -139,7 +139,7 @@ def test_unwritable_out_is_refused_before_planning(tmp_path, capsys, monkeypatch
     assert "cannot write in" in err and "Permission denied" in err and "writable folder" in err, err
 
 
-@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root may write into a read-only folder")
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="needs a non-root user (root may write into any folder)")
 def test_read_only_folder_is_refused_before_planning(tmp_path, capsys, monkeypatch):
     _no_planning(monkeypatch)
     ro = tmp_path / "ro"
