@@ -7,19 +7,6 @@ Environment:
   TORCH_CUDA_ARCH_LIST  CUDA targets, default "9.0a" (H100/H200; the kernel uses sm_90a-only instructions).
   MAX_JOBS              parallel compile jobs for ninja (default: all cores).
   TILES_FORCE_CPU=1     build the CPU-only extension even where CUDA is available.
-  TILES_DEBUG=1         -O0 -g (and -G for device code) instead of -O3.
-  TILES_KEEP_CXX=1      keep a compiler under /opt (by default replaced by /usr/bin/g++: see _use_system_compiler).
-  TILES_KUNROLL=N       experiment: weight loads in flight per lane and row (csrc/cuda/decode_kernel.h; default 4).
-  TILES_FLAGS_KUNROLL=N experiment: the same for the flag-hand-off kernel (default 3).
-  TILES_LEAN_OPT=N      experiment: the kernel option bits fixed at N at compile time (every other option's code
-                        compiled out; the op then refuses any other TILES_KERNEL_OPT). Unset: runtime options.
-  TILES_DEFAULT_OPT=N   experiment: the default variant (csrc/cuda/decode_kernel_default.cu) compiled for option set N
-                        instead of kOptDefault, launched whenever TILES_KERNEL_OPT=N (perf log, session 9).
-  TILES_ATTN_TC=0       the attention warp path's scores and o update on the CUDA cores (session 22's FFMA path),
-                        for A/B; the default (1, perf log v63 / v63e) runs them on the tensor cores (ldmatrix, mma
-                        m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves).
-  TILES_ATTN_WARPS=0    experiment: no attention warp path (perf log v45); the five-step chunk loop everywhere and
-                        every shape on the default variants, for A/B against the default (1).
 """
 import glob
 import os
@@ -75,10 +62,9 @@ _USE_CUDA = (torch.version.cuda is not None and CUDA_HOME is not None
 def _use_system_compiler():
     """On the GPU image, the compiler under /opt (/opt/gcc/bin/g++: Python's sysconfig compiler, and the image's CXX)
     links libstdc++ statically into the extension; the private copy then crashes in torch's c10::str, i.e. in every
-    error message (seen on the H200 machine, 2026-11-30, twice: with CXX unset and with CXX set to it). Use the
-    system g++ there. TILES_KEEP_CXX=1 keeps the configured compiler."""
+    error message. Use the system g++ there."""
     import sysconfig
-    if os.environ.get("TILES_KEEP_CXX") == "1" or not os.path.exists("/usr/bin/g++"):
+    if not os.path.exists("/usr/bin/g++"):
         return
     import shutil
     configured = (os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "g++").split()[0]
@@ -91,16 +77,9 @@ def _use_system_compiler():
 _use_system_compiler()
 
 
-def _int_knob(name: str) -> list[tuple[str, str]]:
-    """An integer build-time experiment knob (TILES_KUNROLL, TILES_LEAN_OPT) passed as the macro of its name."""
-    v = os.environ.get(name)
-    return [(name, str(int(v)))] if v else []
-
-
 def _extension():
-    debug = os.environ.get("TILES_DEBUG") == "1"
     # -g0: Python's own CFLAGS carry -g, which slows the build and bloats the library for nothing here.
-    opt = ["-O0", "-g"] if debug else ["-O3", "-g0"]
+    opt = ["-O3", "-g0"]
     use_cuda = _USE_CUDA
     sources = _rel("csrc/*.cpp") + _rel("csrc/cpu/*.cpp")
     if use_cuda:
@@ -112,14 +91,11 @@ def _extension():
     cxx = list(opt)
     if use_cuda:
         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0a"
-        nvcc = (["-O0", "-g", "-G"] if debug else ["-O3"]) + NVCC_COMMON + _gencode_flags(arch_list)
+        nvcc = ["-O3"] + NVCC_COMMON + _gencode_flags(arch_list)
         print(f"[tiles] building CUDAExtension (torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"CUDA_HOME {CUDA_HOME}, arch {arch_list}, MAX_JOBS {os.environ.get('MAX_JOBS', 'all cores')})")
-        knobs = (_int_knob("TILES_KUNROLL") + _int_knob("TILES_FLAGS_KUNROLL") + _int_knob("TILES_LEAN_OPT")
-                 + _int_knob("TILES_DEFAULT_OPT") + _int_knob("TILES_ATTN_WARPS") + _int_knob("TILES_ATTN_TC")
-                 + _int_knob("TILES_PROBE_MLP_REDUCE"))  # timing bound only: scripts/wait_bound.py
         return CUDAExtension("tiles_ext._C", sources, include_dirs=include_dirs,
-                             define_macros=[("TILES_WITH_CUDA", "1")] + knobs,
+                             define_macros=[("TILE_WITH_CUDA", "1")],
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc})
     why = ("TILES_FORCE_CPU=1" if os.environ.get("TILES_FORCE_CPU") == "1"
            else "torch has no CUDA" if torch.version.cuda is None else "no CUDA toolkit (CUDA_HOME unset)")

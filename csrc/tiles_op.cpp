@@ -4,10 +4,6 @@
 #include <Python.h>
 #include <torch/library.h>
 
-#ifdef TILES_WITH_CUDA
-#include "cuda/decode_kernel.h"
-#endif
-
 TORCH_LIBRARY(tiles, m) {
   m.def(
       "decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, Tensor(b!)[] v_cache, "
@@ -29,15 +25,11 @@ PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
                                          nullptr, nullptr, nullptr, nullptr};
   PyObject* m = PyModule_Create(&module_def);
-  // What the CUDA kernel offers TileRuntime's choice of hand-off (tiles_ext/runtime.py choose_handoff): flag-in-data
-  // hand-offs (a scratch arena twice the plan's, every element with its epoch: csrc/cuda/flag_data.cuh), which run
-  // the default option set only (FLAG_HANDOFF_OPT, decode_kernel_flags.cu). The CPU executor has counters only.
-#ifdef TILES_WITH_CUDA
+  // What the build offers TileRuntime's choice of hand-off (tiles_ext/runtime.py choose_handoff): the CUDA kernel
+  // also hands off by flag-in-data words (a scratch arena twice the plan's, every element with its epoch:
+  // csrc/cuda/flag_data.cuh), for every shape it runs. The CPU executor has counters only.
+#ifdef TILE_WITH_CUDA
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 1);
-  if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFF_OPT", tiles::cuda::decode_flags_opt());
-  // The attention's warp path (TILES_ATTN_WARPS, default 1): the default variants, and with them flag hand-offs,
-  // run only the shapes it takes (runtime.py attn_warps_fit).
-  if (m != nullptr) PyModule_AddIntConstant(m, "ATTN_WARPS", TILES_ATTN_WARPS);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

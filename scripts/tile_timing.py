@@ -1,22 +1,21 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes: per-tile timestamps of the persistent kernel, summarised per stage.
 
-    python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--opts 0,607] [--json PATH]
+    python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--handoff counters] [--json PATH]
 
-Builds csrc/cuda/decode_kernel.cu and decode_kernel_default.cu with -DTILES_TILE_TIMING=1 plus
-scripts/tile_timing_launch.cu into a shared
-library (nvcc, ~20 s; the product extension has no timing code), runs `steps` tokens of a random-weight model on
-the plan, and reads %globaltimer at six points of every tile: start (before staging and the wait), wait done,
-signalled, and three phase marks (decode_kernel.h kTileTimes). For each stage (all tiles of one op in one layer) it
+Builds the four kernels (csrc/cuda/decode_kernel_*.cu) with -DTILE_TIMING=1 plus scripts/tile_timing_launch.cu into
+a shared library in --build-dir (nvcc, ~1 min; the product extension has no timing code), runs `steps` tokens of a
+random-weight model on the plan, and reads %globaltimer at six points of every tile: start (before staging and the
+wait), wait done, signalled, and three phase marks (decode_kernel.h kTileTimes). For each stage (all tiles of one op in one layer) it
 reports, averaged over the layers and steps 1..:
   span     the stage's increment of the critical path: its last signal minus the last signal it waited for,
   handoff  median time from the producers' last signal to a waiting tile leaving its wait (counter latency),
   work     median / max over tiles of wait-done to signalled (the tile's own latency + streaming),
   late     fraction of tiles that started after their inputs were ready (their worker was still busy),
 and the critical tile's work by phase: inputs (matvec: the input vector in shared memory; ATTN: q, the new row and
-the first chunk's K/V rows in shared memory (since session 4; before: q and the new row); MERGE: the scale
-factors), main (the arithmetic / chunk loop / output), epilogue (up to the signal), signal, and waiting: its start
-to its wait done (how long before its inputs were ready it started, and so issued its staged copies).
+the first chunk's K/V rows in shared memory; MERGE: the scale factors), main (the arithmetic / chunk loop / output),
+epilogue (up to the signal), signal, and waiting: its start to its wait done (how long before its inputs were ready
+it started, and so issued its staged copies).
 The timing build spills registers that the product build does not (ptxas), so its times run a little slower.
 Needs a CUDA GPU and nvcc. Prints a table; writes JSON.
 """
@@ -42,29 +41,24 @@ import tiles_ext  # noqa: E402,F401
 from tiles_ext.errors import check_state  # noqa: E402
 from tiles_ext.models import load_config, random_model  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
+from tiles_ext.planner.format import SLOT, TILE  # noqa: E402
 from tiles_ext.planner.graph import MIN_ROWS  # noqa: E402
 from tiles_ext.runtime import TileRuntime, model_weights, rope_tables  # noqa: E402
 
-# Tile record columns (plan_format.h Tile)
-C_OP, C_LAYER, C_WEIGHT, C_WAIT_BEGIN, C_WAIT_COUNT, C_SIGNAL, C_WEIGHT_BYTES = 0, 1, 2, 14, 15, 16, 17
+# Tile record columns (planner/format.py TILE)
+C_OP, C_LAYER, C_WEIGHT, C_WAIT_BEGIN, C_WAIT_COUNT, C_SIGNAL, C_WEIGHT_BYTES = (
+    TILE.index(f) for f in ("op", "layer", "weight", "wait_begin", "wait_count", "signal", "weight_bytes"))
 
 
 def build_lib(out_dir: Path) -> Path:
-    unroll = os.environ.get("TILES_KUNROLL")  # the build-time experiment knob of setup.py, passed the same way
-    # Extra -D flags of timing experiments (e.g. -DTILES_MARK_SPLIT: decode_kernel.cu), one library per set.
-    defines = os.environ.get("TILES_TIMING_DEFINES", "").split()
-    tag = ("_u" + unroll if unroll else "") + "".join("_" + d.lstrip("-D").lower() for d in defines)
-    lib = out_dir / f"libtiles_timing{tag}.so"
-    srcs = [ROOT / "csrc/cuda/decode_kernel.cu", ROOT / "csrc/cuda/decode_kernel_default.cu",
-            ROOT / "csrc/cuda/decode_kernel_flags.cu", ROOT / "scripts/tile_timing_launch.cu"]
+    lib = out_dir / "libtiles_timing.so"
+    srcs = sorted((ROOT / "csrc/cuda").glob("decode_kernel_*.cu")) + [ROOT / "scripts/tile_timing_launch.cu"]
     deps = srcs + sorted((ROOT / "csrc/cuda").glob("*.cuh")) + [ROOT / "csrc/cuda/decode_kernel.h",
                                                              ROOT / "csrc/generated/plan_format.h"]
     if lib.exists() and all(lib.stat().st_mtime > s.stat().st_mtime for s in deps):
         return lib
-    arch = os.environ.get("TILES_TIMING_ARCH", "90a")
-    cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DTILES_TILE_TIMING=1",
-           *([f"-DTILES_KUNROLL={int(unroll)}"] if unroll else []), *defines,
-           f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'csrc/generated'}",
+    cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DTILE_TIMING=1",
+           "-gencode=arch=compute_90a,code=sm_90a", f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'csrc/generated'}",
            "-Xcompiler", "-fPIC", "-shared", *map(str, srcs), "-o", str(lib)]
     subprocess.run(cmd, check=True)
     return lib
@@ -77,22 +71,24 @@ CLASS_ORDER = ["EMBED", "QKV", "ATTN", "MERGE", "O", "GATEUP", "DOWN", "LMHEAD",
 
 
 def tile_classes(plan) -> list[str]:
-    """Each tile's class by index: its op's name, RESID tiles as O or DOWN (DOWN's weight is wider than tall)."""
+    """Each tile's class by index: its op's name, RESID tiles as O or DOWN by their weight's slot (plan.weights:
+    slot, layer, rows, cols)."""
     names = {1: "EMBED", 2: "QKV", 3: "ATTN", 4: "MERGE", 5: "RESID", 6: "GATEUP", 7: "LMHEAD", 8: "ARGMAX"}
-    shapes = np.asarray(plan.weight_shapes)
+    slots = np.asarray(plan.weights)[:, 0]
     out = []
     for t in np.asarray(plan.tiles):
         n = names.get(int(t[C_OP]), f"op{int(t[C_OP])}")
         if n == "RESID":
-            rows, cols = (int(v) for v in shapes[int(t[C_WEIGHT])])
-            n = "DOWN" if cols > rows else "O"
+            n = "DOWN" if int(slots[int(t[C_WEIGHT])]) == SLOT["down"] else "O"
         out.append(n)
     return out
 
 
-def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0, handoff="counters"):
+def run(lib, model, plan, ctx, steps, handoff="counters"):
+    """The timestamps [steps, workers, stride, TILE_TIMES] of one `steps`-token launch from context ctx (after two
+    warm-up launches), and the stride (the most tiles of a worker)."""
     dev = "cuda"
-    # The flag kernel reads a scratch arena with the flagged layout (every element beside its epoch): the runtime's.
+    # The flag kernels read a scratch arena with the flagged layout (every element beside its epoch): the runtime's.
     rt = TileRuntime(plan, dev, handoff=handoff)
     lib.tiles_timing_set_flagged(ctypes.c_int(int(rt.flagged)))
     w = [x.contiguous() for x in model_weights(model)]
@@ -120,87 +116,16 @@ def run(lib, model, plan, ctx, steps, opt, prefetch, trace_cap=0, handoff="count
     vp = (P * len(v))(*[x.data_ptr() for x in v])
     fn = lib.tiles_timing_run
     fn.restype = ctypes.c_int
-    trace = None
-    if trace_cap > 0 and opt & 65536:
-        trace = torch.zeros(W * trace_cap * STREAM_TRACE_COLS, dtype=torch.int64, device=dev)
-    lib.tiles_timing_set_stream_trace(P(trace.data_ptr() if trace is not None else 0), ctypes.c_int(trace_cap))
     for _ in range(3):  # warm-up (module load, caches), then the measured launch
         times.zero_()
-        if trace is not None:
-            trace.zero_()
         rc = fn(P(rt.plan_tensor.data_ptr()), P(hw.data_ptr()), ctypes.c_int(hw.numel()), wp, kp, vp,
                 ctypes.c_int(max_len), P(rt.scratch.data_ptr()), P(rt.state.data_ptr()), P(ids.data_ptr()),
                 P(pos.data_ptr()), P(inv.data_ptr()), ctypes.c_float(scale), P(logits.data_ptr()),
-                P(tokens.data_ptr()), ctypes.c_int(steps), ctypes.c_int(opt), ctypes.c_int(prefetch),
-                P(times.data_ptr()), ctypes.c_int(stride))
+                P(tokens.data_ptr()), ctypes.c_int(steps), P(times.data_ptr()), ctypes.c_int(stride))
         if rc != 0:
-            why = {-5: ": TILES_PACE_O_CYCLES is outside 0..100000"}.get(rc, "")
-            raise RuntimeError(f"tiles_timing_run returned {rc}{why}")
+            raise RuntimeError(f"tiles_timing_run returned {rc} (scripts/tile_timing_launch.cu says what failed)")
         check_state(rt.state, plan)
-    T = times.view(steps, W, stride, TILE_TIMES).cpu().numpy().astype(np.int64)
-    if trace is not None:
-        return T, stride, trace.view(W, trace_cap, STREAM_TRACE_COLS).cpu().numpy().astype(np.int64)
-    return T, stride, None
-
-
-# kOptStream trace columns (decode_kernel.h kStreamTrace*): issue, (cols << 8) | op, the issuing lane's preparation
-# done, its warp; then per warp: wait done, arithmetic begun, ended, release.
-STREAM_TRACE_COLS = 69
-_WAIT, _BEGIN, _END, _REL, _ISSUE_NS = 4, 20, 36, 52, 68
-
-
-def _cycles_to_ns(A):
-    """The trace's times are SM cycles; the issue column's %globaltimer twin gives ns per cycle (one SM)."""
-    ok = (A[:, 0] > 0) & (A[:, _ISSUE_NS] > 0)
-    if ok.sum() < 2:
-        return A
-    clk, ns = A[ok, 0], A[ok, _ISSUE_NS]
-    i0, i1 = ns.argmin(), ns.argmax()
-    slope = float(ns[i1] - ns[i0]) / max(1, int(clk[i1] - clk[i0]))
-    B = A.copy()
-    for c in [0, 2] + list(range(_WAIT, _ISSUE_NS)):
-        v = A[:, c]
-        # Integer offsets first: %globaltimer values (~1.8e18 ns) lose 256 ns in a float64.
-        B[:, c] = np.where(v > 0, ns[i0] + np.round((v - clk[i0]) * slope).astype(np.int64), 0)
-    return B
-
-
-def analyse_stream(plan, X, ns):
-    """Per stream stage, medians per op: issue -> landed (the first warp out of its wait), landed -> the last
-    release, the last release -> the slot's next issue, the interval between landings, the arithmetic of one item
-    (begin -> end), landed -> the last warp's arithmetic begun, landed -> the next fill prepared, and how many later stages
-    had landed when the last release came (the ring's fill level)."""
-    inter = plan.header["intermediate"]
-    names = {2: "QKV", 6: "GATEUP", 7: "LMHEAD"}
-    per = defaultdict(lambda: defaultdict(list))
-    for w in range(X.shape[0]):
-        A = _cycles_to_ns(X[w])
-        ok = (A[:, 0] > 0) & (A[:, _WAIT:_BEGIN].min(axis=1) > 0) & (A[:, _REL:_REL + 16].min(axis=1) > 0)
-        n = int(np.argmin(ok)) if not ok.all() else len(ok)
-        issue, opc, prep = A[:n, 0], A[:n, 1], A[:n, 2]
-        waits, begins, ends, rels = (A[:n, c:c + 16] for c in (_WAIT, _BEGIN, _END, _REL))
-        land = waits.min(axis=1)
-        last = rels.max(axis=1)
-        for m in range(4 * ns, n - ns):
-            op, cols = int(opc[m] & 255), int(opc[m] >> 8)
-            name = names.get(op, "DOWN" if cols == inter else "O" if op == 5 else f"op{op}")
-            d = per[name]
-            d["latency"].append(land[m] - issue[m])
-            d["hold"].append(last[m] - land[m])
-            d["refill"].append(issue[m + ns] - last[m])
-            d["interval"].append(land[m] - land[m - 1])
-            d["prepare"].append(prep[m] - land[m])  # the first release's preparation of the slot's next fill
-            act = begins[m] > 0
-            if act.any():
-                d["item"].append(float(np.median((ends[m] - begins[m])[act])))
-                d["begin_late"].append(int(begins[m][act].max() - land[m]))
-            d["landed_ahead"].append(int((land[m + 1:m + ns] <= last[m]).sum()))
-    out = {}
-    for name, d in per.items():
-        out[name] = {k: float(np.median(v)) / (1 if k == "landed_ahead" else 1e3) for k, v in d.items()}
-        out[name]["stages"] = len(d["latency"])
-        out[name]["interval_mean"] = float(np.mean(d["interval"])) / 1e3
-    return out
+    return times.view(steps, W, stride, TILE_TIMES).cpu().numpy().astype(np.int64), stride
 
 
 def analyse(plan, T, stride):
@@ -307,8 +232,7 @@ def analyse(plan, T, stride):
 
 
 def analyse_busy(plan, T, ref_gbs):
-    """Where each worker's time goes, tile by tile (perf log, session 19: with every wait dropped, --drop '*<*', the
-    kernel still ran 131 us per token above its bytes). Per tile class, means over steps 1.. and workers: tiles per
+    """Where each worker's time goes, tile by tile. Per tile class, means over steps 1.. and workers: tiles per
     worker per token, the gap since the worker's previous tile, the tile's phases (pre: start to wait done, which
     holds the staging; inputs; main; epilogue; signal), its bytes, and its excess over bytes / ref_gbs. Per worker:
     the step's busy span (first start to last signal) against its bytes at ref_gbs."""
@@ -392,42 +316,61 @@ def print_busy(b):
           f"{ideal.min():.1f} med {np.median(ideal):.1f} max {ideal.max():.1f}")
 
 
+def print_run(r, title):
+    print(f"\n{title}: {r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
+          f"timer resolution {r['timer_resolution_ns']:.0f} ns")
+    print(f"{'stage':<8}{'n/tok':>6}{'span':>8}{'sum/tok':>9}{'handoff':>9}{'work med':>9}{'work max':>9}"
+          f"{'crit exit':>10}{'crit work':>10}{'late':>6}   (us)")
+    for name in CLASS_ORDER + sorted(set(r["stages"]) - set(CLASS_ORDER)):
+        s = r["stages"].get(name)
+        if not s:
+            continue
+        print(f"{name:<8}{s['stages_per_token']:>6.0f}{s['span_us']:>8.2f}{s['span_us_per_token']:>9.1f}"
+              f"{s.get('handoff_us', float('nan')):>9.2f}{s['work_med_us']:>9.2f}{s['work_max_us']:>9.2f}"
+              f"{s['crit_wait_exit_us']:>10.2f}{s['crit_work_us']:>10.2f}{s['late_frac']:>6.2f}")
+    print(f"critical tile's work by phase (us): {'stage':<8}{'inputs':>8}{'main':>8}{'epilogue':>9}{'signal':>8}"
+          f"{'waiting':>9}")
+    for name in CLASS_ORDER:
+        s = r["stages"].get(name)
+        if s and "crit_phase1_us" in s:
+            print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
+                  f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}{s['crit_waiting_us']:>9.2f}")
+    print(f"per worker (medians over layers and steps): {'stage':<8}{'rate GB/s min':>14}{'p10':>7}{'med':>7}"
+          f"{'p90':>7}{'max':>7}{'half corr':>10}   most often last (worker: times)")
+    for name in CLASS_ORDER:
+        q = r["workers"].get(name)
+        if q:
+            v = np.asarray([x for x in q["rate_gbs"] if x is not None])
+            cc = np.asarray(q["critical_count"])
+            top = ", ".join(f"{int(w)}: {int(cc[w])}" for w in np.argsort(-cc)[:4] if cc[w] > 0)
+            print(f"{'':44}{name:<8}{v.min():>14.1f}{np.percentile(v, 10):>7.1f}{np.median(v):>7.1f}"
+                  f"{np.percentile(v, 90):>7.1f}{v.max():>7.1f}{q['rate_half_corr']:>10.2f}   {top}")
+    print_busy(r["busy"])
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--ctx", type=int, default=32)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--opts", default=str(os.environ.get("TILES_KERNEL_OPT", "25183")),
-                    help="TILES_KERNEL_OPT sets, comma-separated (default: the kernel's kOptDefault, 25183)")
-    ap.add_argument("--prefetch", type=int, default=int(os.environ.get("TILES_PREFETCH_BYTES", "-1")),
-                    help="L2 prefetch bytes (default as the op: 0 with StageWeights, else 65536)")
+    ap.add_argument("--handoff", choices=("counters", "flags"), default="counters",
+                    help="the kernels to time: counter hand-offs, or flag-in-data words (their tiles poll their "
+                         "inputs' data words where they read them, so 'handoff' is not measured and the inputs "
+                         "phase holds the poll)")
     ap.add_argument("--single", type=int, default=-1,
                     help="positions up to which partition 0 holds them all (-1: the planner's)")
     ap.add_argument("--o-off-merge", type=int, default=1,
-                    help="1 (the planner's default since session 5): the o projection off the MERGE workers (v17)")
+                    help="1 (the planner's default): the o projection off the MERGE workers")
     ap.add_argument("--attn0-off-qkv", type=int, default=1,
-                    help="1 (the planner's default since session 5): partition-0 ATTN tiles off the qkv workers (v18)")
-    ap.add_argument("--stream-trace", type=int, default=0,
-                    help="stream stages traced per worker (kOptStream runs; 0: none): latency, hold, refill per op")
-    ap.add_argument("--handoff", choices=("counters", "flags"), default="counters",
-                    help="the kernel to time: counter hand-offs, or the flag kernel (default option set only; its "
-                         "tiles poll their inputs' data words where they read them, so 'handoff' is not measured "
-                         "and the inputs phase holds the poll)")
-    ap.add_argument("--drop", default="",
-                    help="wait_bound.py spec: those waits moved to the previous step (timing only, wrong results)")
-    ap.add_argument("--ref-gbs", type=float, default=4250.0 / 132,
-                    help="per-SM streaming rate the excess is measured against (GB/s; default 4.25 TB/s / 132)")
+                    help="1 (the planner's default): partition-0 ATTN tiles off the qkv workers")
     ap.add_argument("--min-rows", type=int, default=MIN_ROWS,
                     help="planner.graph's matvec floor (build_plan min_rows; 0: one piece per worker)")
-    ap.add_argument("--plan", default="",
-                    help="more build_plan options, '@'-separated ints as in wait_bound.py, e.g. "
-                         "'attn_partitions=20@attn_off_qkv=1'")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--ref-gbs", type=float, default=4250.0 / 132,
+                    help="per-SM streaming rate the excess is measured against (GB/s; default 4.25 TB/s / 132)")
+    ap.add_argument("--build-dir", default="/tmp/tiles_timing", help="where the timing library is built (and reused)")
+    ap.add_argument("--json", default=None, help="also write the result here (and to $OUT when it is set)")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from wait_bound import drop_waits, planner_options
-    plan_kw = planner_options(args.plan)
-    out_dir = Path(os.environ.get("TILES_TIMING_BUILD", "/tmp/tiles_timing"))
+    out_dir = Path(args.build_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = ctypes.CDLL(str(build_lib(out_dir)))
     cfg = load_config(args.model)
@@ -435,66 +378,14 @@ def main():
     plan = build_plan(cfg, workers=torch.cuda.get_device_properties(0).multi_processor_count,
                       gpu=GpuTarget.of_device("cuda"),
                       attn_single=None if args.single < 0 else args.single, o_off_merge=bool(args.o_off_merge),
-                      attn0_off_qkv=bool(args.attn0_off_qkv), min_rows=args.min_rows, **plan_kw)
-    if args.drop:
-        print(f"--drop {args.drop}: {drop_waits(plan, args.drop)} waits moved to the previous step (wrong results)")
+                      attn0_off_qkv=bool(args.attn0_off_qkv), min_rows=args.min_rows)
+    T, stride = run(lib, model, plan, args.ctx, args.steps, args.handoff)
+    r = analyse(plan, T, stride)
+    r["busy"] = analyse_busy(plan, T, args.ref_gbs)
     result = {"model": args.model, "ctx": args.ctx, "steps": args.steps, "single": plan.header["attn_single"],
-              "drop": args.drop,
               "o_off_merge": args.o_off_merge, "attn0_off_qkv": args.attn0_off_qkv, "min_rows": args.min_rows,
-              "handoff": args.handoff, "plan": plan_kw, "attn_partitions": plan.header["attn_partitions"],
-              "runs": {}}
-    for opt in [int(x) for x in args.opts.split(",")]:
-        pf = args.prefetch if args.prefetch >= 0 else (0 if opt & (4 | 128 | 1024) else 65536)
-        T, stride, X = run(lib, model, plan, args.ctx, args.steps, opt, pf, args.stream_trace, args.handoff)
-        r = analyse(plan, T, stride)
-        if X is not None:
-            r["stream"] = analyse_stream(plan, X, int(os.environ.get("TILES_STREAM_STAGES", "3")))
-        r["busy"] = analyse_busy(plan, T, args.ref_gbs)
-        result["runs"][str(opt)] = r
-        print(f"\n{args.model} ctx {args.ctx} single {plan.header['attn_single']} opt {opt} {args.handoff}: "
-              f"{r['token_us']:.1f} us/token (ARGMAX to ARGMAX), "
-              f"timer resolution {r['timer_resolution_ns']:.0f} ns")
-        print(f"{'stage':<8}{'n/tok':>6}{'span':>8}{'sum/tok':>9}{'handoff':>9}{'work med':>9}{'work max':>9}"
-              f"{'crit exit':>10}{'crit work':>10}{'late':>6}   (us)")
-        for name in CLASS_ORDER + sorted(set(r["stages"]) - set(CLASS_ORDER)):
-            s = r["stages"].get(name)
-            if not s:
-                continue
-            print(f"{name:<8}{s['stages_per_token']:>6.0f}{s['span_us']:>8.2f}{s['span_us_per_token']:>9.1f}"
-                  f"{s.get('handoff_us', float('nan')):>9.2f}{s['work_med_us']:>9.2f}{s['work_max_us']:>9.2f}"
-                  f"{s['crit_wait_exit_us']:>10.2f}{s['crit_work_us']:>10.2f}{s['late_frac']:>6.2f}")
-        print(f"critical tile's work by phase (us): {'stage':<8}{'inputs':>8}{'main':>8}{'epilogue':>9}{'signal':>8}"
-              f"{'waiting':>9}")
-        for name in CLASS_ORDER:
-            s = r["stages"].get(name)
-            if s and "crit_phase1_us" in s:
-                print(f"{'':36}{name:<8}{s['crit_phase1_us']:>8.2f}{s['crit_phase2_us']:>8.2f}"
-                      f"{s['crit_phase3_us']:>9.2f}{s['crit_signal_us']:>8.2f}{s['crit_waiting_us']:>9.2f}")
-        print(f"per worker (medians over layers and steps): {'stage':<8}{'rate GB/s min':>14}{'p10':>7}{'med':>7}"
-              f"{'p90':>7}{'max':>7}{'half corr':>10}   most often last (worker: times)")
-        for name in CLASS_ORDER:
-            q = r["workers"].get(name)
-            if q:
-                v = np.asarray([x for x in q["rate_gbs"] if x is not None])
-                cc = np.asarray(q["critical_count"])
-                top = ", ".join(f"{int(w)}: {int(cc[w])}" for w in np.argsort(-cc)[:4] if cc[w] > 0)
-                print(f"{'':44}{name:<8}{v.min():>14.1f}{np.percentile(v, 10):>7.1f}{np.median(v):>7.1f}"
-                      f"{np.percentile(v, 90):>7.1f}{v.max():>7.1f}{q['rate_half_corr']:>10.2f}   {top}")
-        print_busy(r["busy"])
-        if "stream" in r:
-            print(f"stream stages (medians, us): {'op':<8}{'n':>7}{'latency':>9}{'hold':>7}{'refill':>8}"
-                  f"{'interval':>9}{'mean':>7}{'prepare':>8}{'item':>7}{'begin late':>11}{'landed ahead':>13}")
-            for name in CLASS_ORDER:
-                q = r["stream"].get(name)
-                if q:
-                    print(f"{'':28}{name:<8}{q['stages']:>7}{q['latency']:>9.2f}{q['hold']:>7.2f}{q['refill']:>8.2f}"
-                          f"{q['interval']:>9.2f}{q['interval_mean']:>7.2f}{q['prepare']:>8.2f}"
-                          f"{q.get('item', float('nan')):>7.2f}{q.get('begin_late', float('nan')):>11.2f}"
-                          f"{q['landed_ahead']:>13.0f}")
-            if os.environ.get("OUT"):  # raw rows of three workers (the first two and the middle one)
-                keep = sorted({0, min(1, len(X) - 1), len(X) // 2})
-                np.save(Path(os.environ["OUT"]) / f"stream_trace-{opt}-{os.environ.get('TILES_STREAM_STAGES', 3)}"
-                        f"-p{os.environ.get('TILES_STREAM_PROBE', 0)}.npy", X[keep])
+              "handoff": args.handoff, "attn_partitions": plan.header["attn_partitions"], "run": r}
+    print_run(r, f"{args.model} ctx {args.ctx} single {plan.header['attn_single']} {args.handoff}")
     paths = [Path(args.json)] if args.json else []
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / f"tile_timing-{args.model}.json")

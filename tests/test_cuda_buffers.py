@@ -1,6 +1,8 @@
-"""Buffer-by-buffer agreement of the CUDA kernel with the CPU reference executor after one step (skipped without
-CUDA or without the CPU executor). Both executors use the same plan, so the scratch arenas have the same layout:
-the first buffer that diverges names the op that is wrong. Also a diagnostic: it prints every buffer's error.
+"""Buffer-by-buffer agreement of the CUDA kernels with the CPU reference executor after one step (skipped without
+CUDA or without the CPU executor). Both executors use the same plan, so the scratch arenas have the same layout (the
+flagged arena's elements at twice their offsets): the first buffer that diverges names the op that is wrong. Both
+hand-offs, the attention's warp path (head_dim 64) and the five-step kernels (head_dim 128). Also a diagnostic: it
+prints every buffer's error.
 """
 from __future__ import annotations
 
@@ -46,15 +48,20 @@ def _buffers(plan, scratch, flagged=False):
 
 
 def plan_buffer_names(plan):
+    """The buffers' names, from the graph build_plan made the plan from (its default cut rules)."""
     from tiles_ext.planner.graph import build_graph
+    from tiles_ext.planner.plan import DEFAULT_RULES
     g = build_graph(plan.shape, plan.num_workers, plan.policy, plan.header["attn_partitions"],
-                    plan.header["attn_granule"], attn_single=plan.header["attn_single"])
-    return [b.name for b in g.buffers]
+                    plan.header["attn_granule"], attn_single=plan.header["attn_single"], rules=DEFAULT_RULES)
+    names = [b.name for b in g.buffers]
+    assert len(names) == len(plan.buffers)
+    return names
 
 
 @pytest.mark.skipif(not _cpu_op_available(), reason="CPU reference executor not built")
+@pytest.mark.parametrize("handoff", ["counters", "flags"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"h{c[0]}-q{c[1]}-kv{c[2]}-hd{c[3]}-W{c[6]}")
-def test_scratch_buffers_match_cpu_after_each_step(case):
+def test_scratch_buffers_match_cpu_after_each_step(case, handoff):
     h, nh, nkv, hd, inter, layers, workers = case
     cfg = tiny_config(h, nh, nkv, hd, inter, layers)
     model = tiny_model(cfg, seed=1)
@@ -70,7 +77,7 @@ def test_scratch_buffers_match_cpu_after_each_step(case):
     wc = model_weights(model)
     wg = [w.cuda() for w in wc]
     inv, scale = rope_tables(model)
-    rc, rg = TileRuntime(plan_c, "cpu"), TileRuntime(plan_g, "cuda")
+    rc, rg = TileRuntime(plan_c, "cpu"), TileRuntime(plan_g, "cuda", handoff)
     worst = []
     for step, (tok, pos) in enumerate([(5, 40), (17, 41), (3, 66)]):
         lc, tc = rc.step(wc, kc, vc, torch.tensor([tok]), torch.tensor([pos]), inv, scale, 1, [])

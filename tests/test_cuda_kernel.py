@@ -1,15 +1,16 @@
-"""The persistent CUDA kernel of tiles::decode_step (skipped without CUDA).
+"""The persistent CUDA kernels of tiles::decode_step (skipped without CUDA).
 
-Parity: teacher-forced against Transformers on the GPU, calibrated for BF16 (op error vs HF fp32 at most 1.5x
-Transformers-BF16's own), on tiny random configs, a SmolLM2-135M-shaped and the Llama-3.2-1B config (random BF16
-weights, full size). Agreement with the CPU reference executor on the same plan and inputs. Bit-identical
-results across repeated runs and between single-token and multi-token launches. opcheck, CUDA-graph capture and
+Four kernels: counter or flag-in-data hand-offs, each with the attention's warp path (attn_warps_fit: G <= 4, head_dim
+64) or the five-step chunk loop (every other shape). Parity: teacher-forced against Transformers on the GPU,
+calibrated for BF16 (op error vs HF fp32 at most 1.5x Transformers-BF16's own), on tiny random configs of both
+attention shapes with both hand-offs, a SmolLM2-135M-shaped and the Llama-3.2-1B config (random BF16 weights, full
+size). Agreement with the CPU reference executor on the same plan and inputs. Bit-identical results across repeated
+runs, between single-token and multi-token launches and between the two hand-offs. opcheck, CUDA-graph capture and
 torch.compile(mode="reduce-overhead"). Errors: an unsatisfiable wait raises a timeout naming worker and tile
-instead of hanging; bad tokens, a full cache and a plan for another GPU raise clear errors.
+instead of hanging; bad tokens, a full cache, a wrong arena, a layout beyond shared memory and a plan for another
+GPU raise clear errors.
 """
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -67,7 +68,7 @@ def kv(cache):
     return [l.keys for l in cache.layers], [l.values for l in cache.layers]
 
 
-def teacher_forced_gpu(model16, plan, ids, prompt_len, ref32=None):
+def teacher_forced_gpu(model16, plan, ids, prompt_len, ref32=None, handoff=None):
     """Logits of the op, Transformers BF16 and Transformers fp32 for ids[prompt_len:] fed one at a time."""
     ids = ids.view(1, -1).to(DEV)
     T = ids.shape[1] - prompt_len
@@ -81,7 +82,7 @@ def teacher_forced_gpu(model16, plan, ids, prompt_len, ref32=None):
                                   use_cache=True).logits[0, -1].float() for i in range(T)])
     cache = prefill(model16, ids[:, :prompt_len], max_len)
     k, v = kv(cache)
-    b = Bound(model16, plan)
+    b = Bound(model16, plan, handoff=handoff)
     op = torch.stack([b.step(k, v, ids[0, prompt_len + i].view(1), prompt_len + i)[0][0] for i in range(T)])
     check_state(b.rt.state, plan)
     return {"op": op, "hf": hf, "ref": ref}
@@ -99,9 +100,10 @@ def assert_parity(rep, what):
         f"{what}: op relative error {rep['op_err']:.5f} > 1.5 x Transformers-BF16's {rep['hf_err']:.5f}")
 
 
-# (hidden, heads, kv, head_dim, intermediate, layers, tied, llama3, workers); workers None = one per SM. The last
-# one's LM-head tiles (1000 rows) hold more rows than hidden, so its partial argmax reads them back through L2; the
-# others' come from shared memory (perf log v54).
+# (hidden, heads, kv, head_dim, intermediate, layers, tied, llama3, workers); workers None = one per SM. TINY[2] and
+# TINY[4] (head_dim 128) and TINY[3] (G 8) run the five-step kernels, the others the warp path. The last one's LM-head
+# tiles (1000 rows) hold more rows than hidden, so its partial argmax reads them back through L2; the others' come
+# from shared memory.
 TINY = [
     (360, 6, 6, 64, 712, 1, False, False, 7),
     (264, 6, 2, 64, 456, 2, True, True, None),
@@ -123,14 +125,18 @@ def _tiny(params, seed=0):
     return cfg, model, plan
 
 
+HANDOFFS = ("counters", "flags")
+
+
+@pytest.mark.parametrize("handoff", HANDOFFS)
 @pytest.mark.parametrize("params", TINY, ids=[_tid(p) for p in TINY])
-def test_tiny_parity_vs_transformers(params):
+def test_tiny_parity_vs_transformers(params, handoff):
     cfg, model, plan = _tiny(params)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size, (6 + 64,), generator=g)
-    rep = report(teacher_forced_gpu(model, plan, ids, 6))
-    print(f"{_tid(params)}: " + ", ".join(f"{k} {v:.4f}" for k, v in rep.items()))
-    assert_parity(rep, _tid(params))
+    rep = report(teacher_forced_gpu(model, plan, ids, 6, handoff=handoff))
+    print(f"{_tid(params)} {handoff}: " + ", ".join(f"{k} {v:.4f}" for k, v in rep.items()))
+    assert_parity(rep, f"{_tid(params)} {handoff}")
 
 
 @pytest.mark.parametrize("name,steps,prompt", [("smollm2-135m", 64, 16), ("llama-3.2-1b", 64, 16)])
@@ -186,11 +192,12 @@ def test_cuda_matches_cpu_executor(params):
 
 
 @pytest.mark.skipif(not _cpu_op_available(), reason="CPU reference executor not built")
+@pytest.mark.parametrize("handoff", HANDOFFS)
 @pytest.mark.parametrize("params", [TINY[1], TINY[2]], ids=["warp-path-G3-hd64", "five-step-hd128"])
-def test_long_context_attention_matches_cpu_executor(params):
+def test_long_context_attention_matches_cpu_executor(params, handoff):
     """Several K/V chunks per partition, a short last chunk and the new row in a later chunk: TINY[1]'s shape runs the
-    attention's warp path (each warp owns 8 positions of a chunk, the warps' states combined once per tile; perf log
-    v45), TINY[2]'s (head_dim 128) the five-step chunk loop on the runtime-options kernel. Both agree with the CPU
+    attention's warp path (each warp owns 8 positions of a chunk, the warps' states combined once per tile), TINY[2]'s
+    (head_dim 128) the five-step chunk loop in its own kernels. With either hand-off both agree with the CPU
     reference executor within fp32 accumulation-order noise, over 8 steps from position 700."""
     h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
     cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
@@ -204,7 +211,7 @@ def test_long_context_attention_matches_cpu_executor(params):
     kg = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
     vg = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
     kc, vc = [t.cpu().clone() for t in kg], [t.cpu().clone() for t in vg]
-    bg, bc = Bound(model, plan), Bound(model, plan_any, device="cpu")
+    bg, bc = Bound(model, plan, handoff=handoff), Bound(model, plan_any, device="cpu")
     og, oc = [], []
     for i in range(8):
         og.append(bg.step(kg, vg, 5 + i, ctx + i)[0][0].cpu())
@@ -212,47 +219,38 @@ def test_long_context_attention_matches_cpu_executor(params):
     check_state(bg.rt.state, plan)
     d = rel_err(torch.stack(og), torch.stack(oc))
     kd = max(rel_err(a.cpu().float(), b.float()) for a, b in zip(kg, kc))
-    print(f"{'warp path' if hd == 64 else 'five-step'}: cuda-vs-cpu {d:.2e}, cache {kd:.2e}")
+    print(f"{'warp path' if hd == 64 else 'five-step'} {handoff}: cuda-vs-cpu {d:.2e}, cache {kd:.2e}")
     assert d <= 1e-2, f"CUDA vs CPU logits differ by {d:.2e} at {ctx} positions"
     assert kd <= 2e-2
 
 
-def test_flag_handoffs_refuse_shapes_outside_the_warp_path():
-    """The default kernel variant compiles only the attention's warp path (G <= 4, head_dim 64), and flag hand-offs
-    run on it only: a G 8 model gets counters (on the runtime-options kernel) however small it is, an explicit
-    'flags' is refused by name, and the op refuses a flagged arena for it rather than launch a kernel without its
-    attention."""
-    cfg, model, plan = _tiny(TINY[3])  # 8 heads over 1 KV head
-    assert Bound(model, plan).rt.handoff == "counters"
-    with pytest.raises(ValueError, match="G <= 4 query heads per KV head"):
-        Bound(model, plan, handoff="flags")
-    g = torch.Generator().manual_seed(3)
-    shp = (1, 1, 64, cfg.head_dim)
-    k = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(cfg.num_hidden_layers)]
-    v = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(cfg.num_hidden_layers)]
-    b = Bound(model, plan)
-    b.step(k, v, 3, 20)  # counters: runs
-    torch.cuda.synchronize()
-    b.rt.scratch = torch.zeros(2 * plan.header["scratch_bytes"], dtype=torch.uint8, device=DEV)  # a flagged arena
-    with pytest.raises(RuntimeError, match="default kernel variant.*8 heads over 1 KV heads"):
-        b.step(k, v, 3, 21)
-
-
-def _llama_small_bound(steps_cache=256):
-    params = TINY[1]
-    cfg, model, plan = _tiny(params)
+def _small_bound(params=None, steps_cache=256):
+    """A tiny model (TINY[1]: the warp path, unless `params`) prefilled with 8 tokens, bound to its plan."""
+    cfg, model, plan = _tiny(params or TINY[1])
     g = torch.Generator().manual_seed(9)
     ids = torch.randint(0, cfg.vocab_size, (8,), generator=g).view(1, -1).to(DEV)
     cache = prefill(model, ids, steps_cache)
     return cfg, model, plan, ids, cache
 
 
-def test_bit_identical_repeats_and_modes():
+def _llama_small_bound(steps_cache=256):
+    return _small_bound(TINY[1], steps_cache)
+
+
+# The warp path's shape and the five-step kernels' (head_dim 128).
+SHAPES = [TINY[1], TINY[2]]
+SHAPE_IDS = ["warp-path", "five-step"]
+
+
+@pytest.mark.parametrize("handoff", HANDOFFS)
+@pytest.mark.parametrize("params", SHAPES, ids=SHAPE_IDS)
+def test_bit_identical_repeats_and_modes(params, handoff):
     """20 repeated multi-token launches from the same state give identical bits; single-token launches chained
-    by their own tokens reproduce the multi-token launch exactly."""
-    cfg, model, plan, ids, cache = _llama_small_bound()
+    by their own tokens reproduce the multi-token launch exactly. Each of the four kernels."""
+    cfg, model, plan, ids, cache = _small_bound(params)
     k, v = kv(cache)
-    b = Bound(model, plan)
+    b = Bound(model, plan, handoff=handoff)
+    assert b.rt.handoff == handoff
     tok0, pos0, n = int(ids[0, -1]), ids.shape[1] - 1, 24
     first_l, first_t = b.step(k, v, tok0, pos0, num_steps=n)
     for _ in range(20):
@@ -271,15 +269,14 @@ def test_bit_identical_repeats_and_modes():
     assert int(b.rt.state[fmt.StateWord.STEPS_DONE]) == 1
 
 
-@pytest.mark.parametrize("opt", [None, 25183 | 65536], ids=["default", "stream"])
-def test_multi_token_eos_stops_early(monkeypatch, opt):
-    """Also under the weight stream (65536), whose copies of the next step's first stages are in flight when EOS
-    ends the launch (the exit drains them; a copy landing in an exited block would fault the next launch)."""
-    if opt is not None:
-        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
-    cfg, model, plan, ids, cache = _llama_small_bound()
+@pytest.mark.parametrize("handoff", HANDOFFS)
+@pytest.mark.parametrize("params", SHAPES, ids=SHAPE_IDS)
+def test_multi_token_eos_stops_early(params, handoff):
+    """An EOS token ends the launch after its step: later tokens -1, their logits NaN, the state's steps done and
+    epoch advanced by the steps that ran. Each of the four kernels."""
+    cfg, model, plan, ids, cache = _small_bound(params)
     k, v = kv(cache)
-    b = Bound(model, plan)
+    b = Bound(model, plan, handoff=handoff)
     tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
     _, t = b.step(k, v, tok0, pos0, num_steps=8)
     epoch = int(b.rt.state[fmt.StateWord.EPOCH])
@@ -294,35 +291,33 @@ def test_multi_token_eos_stops_early(monkeypatch, opt):
     assert int(b.rt.state[fmt.StateWord.EPOCH]) == epoch + stop + 1
 
 
-# Each bit alone, the pairs that interact (PrefetchPastStage acts only with StageWeights; AttnDoubleBuffer's second
-# chunk buffer is the weight stage with 4, appended without; 64 prestages its first chunk), everything.
-# The weight ring (1024) runs only with the plan records in shared memory (16); 1024 alone takes the plain path.
-# StageAhead (2048) acts only with 4 and without 128 and 1024 (2048 alone, 4095: the other paths). PollPrefetch
-# (4096) only prefetches into L2; 8191 takes the ring's path. MergeOneTrip (8192) and LocalMerge (16384) change
-# MERGE's reads; PrefetchAfterAttn (32768) only prefetches into L2; 32767 and 65535: everything (the ring's path).
-# The weight stream (65536) needs 16 (alone: the plain path) and replaces 4, 128, 256, 2048; the ring wins over it.
-# PollAhead (131072) only changes how thread 0 polls a counter (PollPrefetch's instantiation).
-OPT_SETS = (0, 1, 2, 4, 8, 16, 4 | 32, 64, 16 | 64, 15, 127, 128, 16 | 128, 91 | 128, 95 | 128, 255, 128 | 256,
-            95 | 128 | 256, 512, 4 | 512, 64 | 512, 95 | 512, 1023, 1024, 16 | 1024, 95 | 1024, 607 | 1024, 2047,
-            2048, 4 | 2048, 4 | 64 | 2048, 607 | 2048, 95 | 2048, 4095, 4096, 607 | 4096, 8191, 8192, 16384,
-            607 | 8192, 607 | 16384, 607 | 8192 | 16384, 607 | 4096 | 8192 | 16384, 32767, 32768, 25183 | 32768,
-            65535, 65536, 16 | 65536, 607 | 65536, 25183 | 65536, 1023 | 2048 | 65536, 131071,
-            131072, 25183 | 131072, 25183, "25183-generic")
-# 25183 is kOptDefault: the host launches it on its own compilation (decode_kernel_default.cu, option bits as
-# constants); "25183-generic" runs the same set on the runtime-options kernel (TILES_GENERIC_KERNEL=1).
+def _launch_from(model, plan, handoff, k, v, kv0, tok, pos, n):
+    """One n-token launch from the saved cache (kv0: copies of k + v): (logits, tokens, the K/V rows it wrote)."""
+    for x, x0 in zip(k + v, kv0):
+        x.copy_(x0)
+    b = Bound(model, plan, handoff=handoff)
+    l, t = b.step(k, v, tok, pos, num_steps=n)
+    check_state(b.rt.state, plan)
+    return b, (l, t, [x[:, :, pos:pos + n].clone() for x in k + v])
 
 
+def _assert_same_bits(a, b, what):
+    (la, ta, ca), (lb, tb, cb) = a, b
+    assert torch.equal(ta, tb), f"{what}: tokens {ta.tolist()} != {tb.tolist()}"
+    assert torch.equal(la.view(torch.int32), lb.view(torch.int32)), f"{what}: logits differ"
+    assert all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(ca, cb)), f"{what}: K/V differ"
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=SHAPE_IDS)
 @pytest.mark.parametrize("workers,ctx", [(None, 8), (7, 8), (7, 300), (7, 700), (None, 124)],
                          ids=["W-sm", "W7", "W7-ctx300", "W7-ctx700", "W-sm-ctx124"])
-def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
-    """Every TILES_KERNEL_OPT bit (decode_kernel.h kOpt*) changes when data moves, never what is computed.
-    ctx 300 with 2 attention partitions (attn_single 0): partitions of 160 positions, two K/V chunks each
-    (kOptAttnPrestage stages only the first; the new row falls in the second). ctx 700: three chunks per partition
-    (AttnDoubleBuffer reuses its first buffer for the third; the tail chunk is shorter). W-sm (ctx 8) and ctx 124
-    with the default attn_single (one chunk, 128 positions at hd 64): partition 0 holds every position, so MERGE runs
-    from the ATTN tile's shared memory under LocalMerge; ctx 124 crosses into several live partitions during its 8
-    steps."""
-    params = TINY[1][:8] + (workers,)
+def test_handoffs_are_bit_identical(params, workers, ctx):
+    """Counter and flag hand-offs move the same values: the same logits, tokens and K/V rows over 8-step launches,
+    run twice each (the same bits again). ctx 300 and 700 with 2 attention partitions (attn_single 0): partitions of
+    150-350 positions, several K/V chunks each (the prestaged first chunk, the double buffer's later ones, a shorter
+    tail, the new row in a later chunk). W-sm (ctx 8) and ctx 124 with the default attn_single: partition 0 holds
+    every position, so MERGE runs from the ATTN tile's shared memory (the local merge); ctx 124 crosses into several
+    live partitions during its 8 steps."""
     h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
     cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
     model = tiny_model(cfg, seed=layers).to(DEV)
@@ -331,7 +326,7 @@ def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
                       attn_single=0 if split else None)
     g = torch.Generator().manual_seed(9)
     if ctx > 64:
-        # Random cache rows (bit-identity between options needs no real prefill).
+        # Random cache rows (bit-identity between hand-offs needs no real prefill).
         shp = (1, cfg.num_key_value_heads, ctx + 16, hd)
         k = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
         v = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(layers)]
@@ -341,65 +336,56 @@ def test_latency_options_are_bit_identical(monkeypatch, workers, ctx):
         cache = prefill(model, ids, 64)
         k, v = kv(cache)
         tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
-    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    kv0 = [x.clone() for x in k + v]
     out = {}
-    for opt in OPT_SETS:
-        for x, x0 in zip(k + v, k0 + v0):
-            x.copy_(x0)  # the same cache for every option (each run appends 8 rows)
-        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt).split("-")[0])
-        monkeypatch.setenv("TILES_GENERIC_KERNEL", "1" if str(opt).endswith("generic") else "0")
-        b = Bound(model, plan)
-        out[opt] = b.step(k, v, tok0, pos0, num_steps=8)
-        check_state(b.rt.state, plan)
-        out[opt] = out[opt] + ([x.clone() for x in k],)
-    l0, t0, c0 = out[0]
-    for opt, (l, t, c) in out.items():
-        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(c, c0)), (
-            f"TILES_KERNEL_OPT={opt}: K cache rows differ")
-        assert torch.equal(t, t0), f"TILES_KERNEL_OPT={opt}: tokens {t.tolist()} != {t0.tolist()}"
-        assert torch.equal(l.view(torch.int32), l0.view(torch.int32)), f"TILES_KERNEL_OPT={opt}: logits differ"
+    for handoff in HANDOFFS:
+        for run in range(2):
+            _, out[handoff, run] = _launch_from(model, plan, handoff, k, v, kv0, tok0, pos0, 8)
+    _assert_same_bits(out["counters", 0], out["counters", 1], "counters run to run")
+    _assert_same_bits(out["flags", 0], out["flags", 1], "flags run to run")
+    _assert_same_bits(out["counters", 0], out["flags", 0], "counters vs flags")
 
 
-@pytest.mark.parametrize("workers", [None, 7], ids=["W-sm", "W7"])
-def test_stream_depths_are_bit_identical(monkeypatch, workers):
-    """The weight stream's ring depth (TILES_STREAM_STAGES, 2..8 stages) changes only how far the copies run ahead:
-    every depth gives the default path's bits over an 8-step launch (the ring wraps many times across tiles and
-    steps) and the same K cache rows. So do the two ways a fill finds its rows: the stage table and, when the table
-    does not fit, the walk over the tile records (TILES_STREAM_PROBE=32 forces it)."""
-    cfg, model, plan = _tiny(TINY[1][:8] + (workers,))
-    g = torch.Generator().manual_seed(3)
-    ids = torch.randint(0, cfg.vocab_size, (12,), generator=g).view(1, -1).to(DEV)
-    cache = prefill(model, ids, 64)
+def test_flag_and_counter_handoffs_are_bit_identical():
+    """The two hand-offs (runtime.py choose_handoff) move the same values: the same logits, tokens and K/V rows over
+    multi-token launches, at a context inside one attention chunk and across partitions (MERGE reads its partitions'
+    flagged o words). The automatic choice takes flags for this small model and counters for a wide one."""
+    cfg, model, plan, ids, cache = _llama_small_bound()
     k, v = kv(cache)
-    k0, v0 = [x.clone() for x in k], [x.clone() for x in v]
+    kv0 = [x.clone() for x in k + v]
     tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
     out = {}
-    for opt, stages in ((25183, None), (25183 | 65536, 2), (25183 | 65536, 3), (25183 | 65536, 8),
-                        (25183 | 65536, "3-walk"), (25183 | 65536, "8-walk")):
-        for x, x0 in zip(k + v, k0 + v0):
-            x.copy_(x0)
-        monkeypatch.setenv("TILES_KERNEL_OPT", str(opt))
-        if stages is None:
-            monkeypatch.delenv("TILES_STREAM_STAGES", raising=False)
-        else:
-            monkeypatch.setenv("TILES_STREAM_STAGES", str(stages).split("-")[0])
-        if str(stages).endswith("walk"):
-            monkeypatch.setenv("TILES_STREAM_PROBE", "32")
-        else:
-            monkeypatch.delenv("TILES_STREAM_PROBE", raising=False)
-        b = Bound(model, plan)
-        l, t = b.step(k, v, tok0, pos0, num_steps=8)
-        check_state(b.rt.state, plan)
-        out[stages] = (l, t, [x.clone() for x in k])
-    l0, t0, c0 = out[None]
-    for stages, (l, t, c) in out.items():
-        assert torch.equal(t, t0), f"TILES_STREAM_STAGES={stages}: tokens differ"
-        assert torch.equal(l.view(torch.int32), l0.view(torch.int32)), f"TILES_STREAM_STAGES={stages}: logits differ"
-        assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(c, c0))
-    monkeypatch.delenv("TILES_STREAM_PROBE", raising=False)
-    monkeypatch.setenv("TILES_STREAM_STAGES", "9")
-    with pytest.raises(RuntimeError, match="TILES_STREAM_STAGES=9 outside 0..8"):
-        Bound(model, plan).step(k, v, tok0, pos0)
+    for handoff in HANDOFFS:
+        for pos in (pos0, 150):
+            b, out[handoff, pos] = _launch_from(model, plan, handoff, k, v, kv0, tok0, pos, 12)
+            assert b.rt.handoff == handoff and b.rt.scratch.numel() == plan.header["scratch_bytes"] * (
+                2 if handoff == "flags" else 1)
+    for pos in (pos0, 150):
+        _assert_same_bits(out["counters", pos], out["flags", pos], f"pos {pos}")
+    assert Bound(model, plan).rt.handoff == "flags"
+    wide = build_plan(tiny_config(2048, 32, 8, 64, 8192, 2), workers=_workers(), gpu=_gpu())
+    assert TileRuntime(wide, DEV).handoff == "counters"
+
+
+@pytest.mark.parametrize("params", [TINY[3], TINY[2]], ids=["G8", "hd128"])
+def test_shapes_outside_the_warp_path_run_both_handoffs(params):
+    """A G 8 and a head_dim 128 model run the five-step kernels with either hand-off: the automatic choice takes
+    flags for these small models, an explicit 'flags' is accepted, and both hand-offs give the same bits from a
+    context inside one attention chunk and across partitions."""
+    cfg, model, _ = _tiny(params)
+    plan = build_plan(cfg, workers=_workers(), gpu=_gpu())  # one worker per SM: a small layer per worker
+    h = plan.header
+    assert not fmt.attn_warps_fit(h["num_heads"], h["num_kv_heads"], h["head_dim"])
+    assert Bound(model, plan).rt.handoff == "flags"
+    g = torch.Generator().manual_seed(3)
+    shp = (1, cfg.num_key_value_heads, 256, cfg.head_dim)
+    k = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(cfg.num_hidden_layers)]
+    v = [torch.randn(shp, generator=g).to(DEV, torch.bfloat16) for _ in range(cfg.num_hidden_layers)]
+    kv0 = [x.clone() for x in k + v]
+    for pos in (20, 200):
+        _, a = _launch_from(model, plan, "counters", k, v, kv0, 3, pos, 12)
+        _, b = _launch_from(model, plan, "flags", k, v, kv0, 3, pos, 12)
+        _assert_same_bits(a, b, f"{_tid(params)} pos {pos}")
 
 
 def test_cuda_graph_capture_matches_eager():
@@ -491,7 +477,7 @@ def _broken_wait_bound(handoff):
     return b, plan, ids, cache, t, name
 
 
-@pytest.mark.parametrize("handoff", ["counters", "flags"])
+@pytest.mark.parametrize("handoff", HANDOFFS)
 def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch, handoff):
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
     b, plan, ids, cache, t, name = _broken_wait_bound(handoff)
@@ -504,7 +490,7 @@ def test_unsatisfiable_wait_raises_timeout_naming_worker_and_tile(monkeypatch, h
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)  # the next call reports the recorded error
 
 
-@pytest.mark.parametrize("handoff", ["counters", "flags"])
+@pytest.mark.parametrize("handoff", HANDOFFS)
 def test_sync_check_reports_in_the_failing_call(monkeypatch, handoff):
     monkeypatch.setenv("TILES_WAIT_TIMEOUT_MS", "200")
     monkeypatch.setenv("TILES_SYNC_CHECK", "1")
@@ -532,73 +518,10 @@ def test_unwritten_flagged_input_raises_timeout_naming_the_reader(monkeypatch):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
 
 
-def _launch_from(model, plan, handoff, k, v, kv0, tok, pos, n):
-    """One n-token launch from the saved cache (kv0: copies of k + v): (logits, tokens, the K/V rows it wrote)."""
-    for x, x0 in zip(k + v, kv0):
-        x.copy_(x0)
-    b = Bound(model, plan, handoff=handoff)
-    l, t = b.step(k, v, tok, pos, num_steps=n)
-    check_state(b.rt.state, plan)
-    return b, (l, t, [x[:, :, pos:pos + n].clone() for x in k + v])
-
-
-def _assert_same_bits(a, b, what):
-    (la, ta, ca), (lb, tb, cb) = a, b
-    assert torch.equal(ta, tb), f"{what}: tokens {ta.tolist()} != {tb.tolist()}"
-    assert torch.equal(la.view(torch.int32), lb.view(torch.int32)), f"{what}: logits differ"
-    assert all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(ca, cb)), f"{what}: K/V differ"
-
-
-def test_flag_and_counter_handoffs_are_bit_identical():
-    """The two hand-offs (runtime.py choose_handoff) move the same values: the same logits, tokens and K/V rows over
-    multi-token launches, at a context inside one attention chunk and across partitions (MERGE reads its partitions'
-    flagged o words). The automatic choice takes flags for this small model and counters for a wide one."""
-    cfg, model, plan, ids, cache = _llama_small_bound()
-    k, v = kv(cache)
-    kv0 = [x.clone() for x in k + v]
-    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
-    out = {}
-    for handoff in ("counters", "flags"):
-        for pos in (pos0, 150):
-            b, out[handoff, pos] = _launch_from(model, plan, handoff, k, v, kv0, tok0, pos, 12)
-            assert b.rt.handoff == handoff and b.rt.scratch.numel() == plan.header["scratch_bytes"] * (
-                2 if handoff == "flags" else 1)
-    for pos in (pos0, 150):
-        _assert_same_bits(out["counters", pos], out["flags", pos], f"pos {pos}")
-    assert Bound(model, plan).rt.handoff == "flags"
-    wide = build_plan(tiny_config(2048, 32, 8, 64, 8192, 2), workers=_workers(), gpu=_gpu())
-    assert TileRuntime(wide, DEV).handoff == "counters"
-
-
-def test_o_staging_pace_is_bit_identical_and_bounded(monkeypatch):
-    """v48: an o-projection tile after an ATTN tile stages its warps' batches TILES_PACE_O_CYCLES apart (default
-    200). Pacing moves when bytes arrive, never what is computed: none, the default and an extreme pace give the same
-    logits, tokens and K/V rows on the counter kernel (the one that paces), from a context inside one attention chunk
-    and across partitions. A pace outside 0..100000 is refused by name."""
-    cfg, model, plan, ids, cache = _llama_small_bound()
-    k, v = kv(cache)
-    kv0 = [x.clone() for x in k + v]
-    tok0, pos0 = int(ids[0, -1]), ids.shape[1] - 1
-    out = {}
-    for pace in ("0", None, "5000"):
-        if pace is None:
-            monkeypatch.delenv("TILES_PACE_O_CYCLES", raising=False)
-        else:
-            monkeypatch.setenv("TILES_PACE_O_CYCLES", pace)
-        for pos in (pos0, 150):
-            _, out[pace, pos] = _launch_from(model, plan, "counters", k, v, kv0, tok0, pos, 12)
-    for pos in (pos0, 150):
-        for pace in (None, "5000"):
-            _assert_same_bits(out["0", pos], out[pace, pos], f"pace {pace or 'default'} at pos {pos}")
-    monkeypatch.setenv("TILES_PACE_O_CYCLES", "100001")
-    with pytest.raises(RuntimeError, match="TILES_PACE_O_CYCLES"):
-        _launch_from(model, plan, "counters", k, v, kv0, tok0, pos0, 1)
-
-
 def test_merge_next_skip_is_bit_identical():
-    """v44: a partition-0 ATTN tile marked "MERGE next" (out_offset 1) keeps its partials in shared memory while it
-    holds every position. Same plan with and without the marks, both hand-offs, a launch that crosses attn_single
-    (local MERGE, then partitions merged from the scratch): the same logits, tokens and K/V rows."""
+    """A partition-0 ATTN tile marked "MERGE next" (out_offset 1) keeps its partials in shared memory while it holds
+    every position. Same plan with and without the marks, both hand-offs, a launch that crosses attn_single (local
+    MERGE, then partitions merged from the scratch): the same logits, tokens and K/V rows."""
     cfg, model, _, ids, cache = _llama_small_bound()
     k, v = kv(cache)
     kv0 = [x.clone() for x in k + v]
@@ -609,28 +532,18 @@ def test_merge_next_skip_is_bit_identical():
         plan = build_plan(cfg, workers=_workers(), gpu=_gpu(), attn_single=16, merge_next=mark)
         attn0 = plan.tiles[(plan.tiles[:, 0] == fmt.Op.ATTN) & (plan.tiles[:, fmt.TILE.index("aux1")] == 0)]
         assert (attn0[:, col] == (1 if mark else 0)).all()
-        for handoff in ("counters", "flags"):
+        for handoff in HANDOFFS:
             _, out[mark, handoff] = _launch_from(model, plan, handoff, k, v, kv0, tok0, pos0, 24)
-    for handoff in ("counters", "flags"):
+    for handoff in HANDOFFS:
         _assert_same_bits(out[True, handoff], out[False, handoff], handoff)
 
 
-def test_flag_runtime_refuses_launches_it_cannot_run(monkeypatch):
-    """A runtime bound with flag hand-offs runs the default option set only (its own compilation): another set, the
-    runtime-options kernel or an L2 prefetch would hand off by counters, which never caught up with its steps. The
-    op says so rather than time out."""
+def test_arena_size_names_the_handoff():
+    """The op reads the hand-off from the arena's size: the plan's scratch_bytes (counters) or twice that (flags);
+    any other size is refused by name."""
     cfg, model, plan, ids, cache = _llama_small_bound()
     k, v = kv(cache)
     b = Bound(model, plan, handoff="flags")
-    for var, val in (("TILES_KERNEL_OPT", "0"), ("TILES_GENERIC_KERNEL", "1"), ("TILES_PREFETCH_BYTES", "65536")):
-        monkeypatch.setenv(var, val)
-        with pytest.raises(RuntimeError, match="flag-in-data words"):
-            b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
-        monkeypatch.delenv(var)
-        # The automatic choice sees the variable and binds counters instead.
-        monkeypatch.setenv(var, val)
-        assert Bound(model, plan).rt.handoff == "counters"
-        monkeypatch.delenv(var)
     b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
     torch.cuda.synchronize()
     check_state(b.rt.state, plan)
@@ -667,14 +580,18 @@ def test_launch_time_checks():
         b.rt.step(b.weights, k, v, torch.tensor([1]), torch.tensor([3]), b.inv, b.scale)  # CPU ids, CUDA plan
 
 
-def test_options_needing_too_much_shared_memory_are_refused(monkeypatch):
-    """StageAhead (2048) doubles the weight stage; with a wide MLP the layout passes the per-block limit, and the
-    error must say so (before the fix: "raising the kernel's shared-memory limit failed: invalid argument")."""
-    cfg = tiny_config(256, 4, 2, 64, 50000, 1)
-    model = tiny_model(cfg, seed=1).to(DEV)
-    b = Bound(model, build_plan(cfg, workers=7, gpu=_gpu()))
+def test_a_layout_beyond_shared_memory_is_refused():
+    """A wide MLP's input vector (2 x 65536 bytes) with the weight stage and the K/V chunks passes the per-block
+    limit: the error says so, before the attribute call (whose own failure, "invalid argument", would not say why).
+    One of 50000 fits."""
     k = [torch.zeros(1, 2, 16, 64, device=DEV, dtype=torch.bfloat16)]
     v = [torch.zeros(1, 2, 16, 64, device=DEV, dtype=torch.bfloat16)]
-    monkeypatch.setenv("TILES_KERNEL_OPT", "2655")
-    with pytest.raises(RuntimeError, match="TILES_KERNEL_OPT=2655 needs .* bytes of shared memory per worker block"):
+    fits = tiny_config(256, 4, 2, 64, 50000, 1)
+    b = Bound(tiny_model(fits, seed=1).to(DEV), build_plan(fits, workers=7, gpu=_gpu()), handoff="counters")
+    b.step(k, v, 1, 3)
+    torch.cuda.synchronize()
+    check_state(b.rt.state, b.plan)
+    wide = tiny_config(256, 4, 2, 64, 65536, 1)
+    b = Bound(tiny_model(wide, seed=1).to(DEV), build_plan(wide, workers=7, gpu=_gpu()))
+    with pytest.raises(RuntimeError, match=r"the kernel needs \d+ bytes of shared memory per worker block"):
         b.step(k, v, 1, 3)

@@ -45,7 +45,7 @@ def test_op_schema_is_the_documented_one():
 def test_cuda_kernel_registered():
     assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, "CUDA"), (
         "torch sees CUDA but tiles_ext._C has no CUDA kernel: it was built as a CppExtension "
-        "(rebuild with a CUDA toolkit present: TILES_REBUILD=1 bash scripts/test.sh)")
+        "(rebuild with a CUDA toolkit present: pip install --no-build-isolation --no-deps -e .)")
 
 
 def test_package_names_from_another_directory(tmp_path):
@@ -138,51 +138,24 @@ def test_nvcc_compiles_kernel_for_sm90a(source, tmp_path):
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
 
 
-# The measurement tools' device code (scripts/tile_timing.py and scripts/latency_probe.py build it with nvcc on the
-# GPU machine): compiled here too, so that a kernel change that breaks the timing build fails CI, not a device call.
-TOOL_BUILDS = {
-    "tile_timing_kernel": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1"]),
-    "tile_timing_launch": (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILES_TILE_TIMING=1"]),
-    "latency_probe": (REPO / "scripts" / "latency_probe.cu", []),
-    "stream_probe": (REPO / "scripts" / "stream_probe.cu", []),
-    "kv_probe": (REPO / "scripts" / "kv_probe.cu", []),
-    "bcast_probe": (REPO / "scripts" / "bcast_probe.cu", []),
-    "boundary_probe": (REPO / "scripts" / "boundary_probe.cu", []),
-    "poll_probe": (REPO / "scripts" / "poll_probe.cu", []),
-    "reduce_probe": (REPO / "scripts" / "reduce_probe.cu", []),
-    "notify_probe": (REPO / "scripts" / "notify_probe.cu", []),
-    "smem_probe": (REPO / "scripts" / "smem_probe.cu", []),
-    # Experiment builds: the split main-phase mark (tile_timing.py TILES_TIMING_DEFINES) and the kernel with its
-    # options fixed at compile time (setup.py TILES_LEAN_OPT, scripts/lean_ab.sh).
-    "tile_timing_mark_split": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_TILE_TIMING=1", "-DTILES_MARK_SPLIT"]),
-    "tile_timing_mark_split4": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
-                                                                       "-DTILES_MARK_SPLIT=4"]),
-    "decode_kernel_lean_25183": (CUDA_DIR / "decode_kernel.cu", ["-DTILES_LEAN_OPT=25183"]),
-    "tile_timing_default": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1"]),
-    "tile_timing_attn_split2": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
-                                                                       "-DTILES_ATTN_SPLIT=2"]),
-    "tile_timing_attn_split3": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
-                                                                       "-DTILES_ATTN_SPLIT=3"]),
-    "tile_timing_attn_landing": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
-                                                                        "-DTILES_ATTN_LANDING"]),
-    "tile_timing_attn_profile": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_TILE_TIMING=1",
-                                                                        "-DTILES_ATTN_PROFILE"]),
-    # The fused MLP's epilogue cost for scripts/wait_bound.py (setup.py TILES_PROBE_MLP_REDUCE=1; timing only).
-    "decode_kernel_default_probe_mlp_reduce": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_PROBE_MLP_REDUCE=1"]),
-    # The flag-hand-off variant as the timing tool links it (scripts/tile_timing.py).
-    "tile_timing_flags": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_TILE_TIMING=1"]),
-    # The flag kernel at the counter kernel's kUnroll (setup.py TILES_FLAGS_KUNROLL=4; its default is 3).
-    "decode_kernel_flags_kunroll4": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_FLAGS_KUNROLL=4"]),
-    # The default variant compiled for another option set (setup.py TILES_DEFAULT_OPT; 156255 = 25183 + PollAhead
-    # selects the poll instantiation).
-    "decode_kernel_default_opt_poll": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=156255"]),
-    # Bulk staging without its run-ahead as the default variant (128 + 256; perf log, session 16: +13%).
-    "decode_kernel_default_opt_bulk": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_DEFAULT_OPT=25567"]),
-    # The warp path's scores and o update on the CUDA cores (setup.py TILES_ATTN_TC=0; the default is v63's tensor
-    # cores).
-    "decode_kernel_default_attn_ffma": (CUDA_DIR / "decode_kernel_default.cu", ["-DTILES_ATTN_TC=0"]),
-    "decode_kernel_flags_attn_ffma": (CUDA_DIR / "decode_kernel_flags.cu", ["-DTILES_ATTN_TC=0"]),
-}
+# The per-tile timing build (scripts/tile_timing.py builds it with nvcc on the GPU machine): the four kernels and the
+# launcher with TILE_TIMING on, compiled here too, so that a kernel change that breaks the timing build fails CI, not
+# a device call.
+TOOL_BUILDS = {f"tile_timing_{p.stem}": (p, ["-DTILE_TIMING=1"]) for p in sorted(CUDA_DIR.glob("decode_kernel_*.cu"))}
+TOOL_BUILDS["tile_timing_launch"] = (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILE_TIMING=1"])
+
+
+def test_the_kernels_are_the_four_translation_units():
+    """Counter / flag hand-offs x the attention's warp path / the five-step loop: each its own compilation of
+    decode_kernel.cuh (decode_kernel.h declares their exports), and the build compiles exactly these kernels."""
+    names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")}
+    assert names == {"decode_kernel_counters.cu", "decode_kernel_counters_fivestep.cu", "decode_kernel_flags.cu",
+                     "decode_kernel_flags_fivestep.cu"}
+    header = (CUDA_DIR / "decode_kernel.h").read_text()
+    for n in names:
+        prefix = n[len("decode_kernel_"):-len(".cu")]
+        assert f"decode_{prefix}_launch(" in header, prefix
+        assert f"TILE_VARIANT(name) decode_{prefix}_##name" in (CUDA_DIR / n).read_text(), n
 
 
 @pytest.mark.parametrize("name", sorted(TOOL_BUILDS))
@@ -197,23 +170,24 @@ def test_nvcc_compiles_measurement_tools(name, tmp_path):
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
 
 
-def test_default_variant_refuses_an_option_set_it_cannot_compile(tmp_path):
-    """TILES_DEFAULT_OPT with the ring (1024) or the stream (65536): a compile error that names the reason, not a
-    variant that silently runs the plain path for a set that asked for the ring."""
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH, $CUDA_HOME, /usr/local/cuda): CUDA sources not compiled")
-    for opt in (25183 | 1024, 25183 | 65536):
-        cmd = [nvcc, *NVCC_FLAGS, "-O3", f"-DTILES_DEFAULT_OPT={opt}", f"-I{REPO / 'csrc'}",
-               f"-I{REPO / 'csrc' / 'generated'}", "-Xcompiler", "-fPIC", "-c",
-               str(CUDA_DIR / "decode_kernel_default.cu"), "-o", str(tmp_path / "x.o")]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        assert out.returncode != 0, f"TILES_DEFAULT_OPT={opt} compiled"
-        assert "the default variant compiles the plain or the poll instantiation only" in out.stdout + out.stderr
+# The environment variables the native code and the build read: these, and no others (the README documents them).
+NATIVE_ENV_VARS = {"TILES_WAIT_TIMEOUT_MS", "TILES_SYNC_CHECK", "TILES_FORCE_CPU"}
+
+
+def test_native_code_reads_only_the_documented_environment():
+    """csrc/ and setup.py name no TILES_* but the kept environment variables: macros are TILE_*, knobs are gone."""
+    found = {}
+    for path in [REPO / "setup.py", *sorted((REPO / "csrc").rglob("*"))]:
+        if path.is_file() and path.suffix in {".py", ".h", ".cpp", ".cu", ".cuh"}:
+            for name in re.findall(r"TILES_[A-Z0-9_]+", path.read_text()):
+                found.setdefault(name, set()).add(path.relative_to(REPO).as_posix())
+    # decode_step_cuda.cpp's error report keeps TILES_CUDA_CHECK until its move to a shared file.
+    found.pop("TILES_CUDA_CHECK", None)
+    assert set(found) <= NATIVE_ENV_VARS, {k: sorted(v) for k, v in found.items() if k not in NATIVE_ENV_VARS}
 
 
 def _glue_sources() -> list[Path]:
-    # tiles_op.cpp too: a CUDA build compiles it with TILES_WITH_CUDA (the kernel's constants for tiles_ext._C).
+    # tiles_op.cpp too: a CUDA build compiles it with TILE_WITH_CUDA (the build's constants for tiles_ext._C).
     return sorted(CUDA_DIR.glob("*.cpp")) + [REPO / "csrc" / "tiles_op.cpp"]
 
 
@@ -235,7 +209,7 @@ def test_cuda_glue_syntax(source, tmp_path):
     # The standard torch's extension build uses (C++20 from torch 2.10).
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
     std = "-std=c++20" if (major, minor) >= (2, 10) else "-std=c++17"
-    cmd = [gxx, std, "-fsyntax-only", "-w", "-DTILES_WITH_CUDA=1", "-DTORCH_API_INCLUDE_EXTENSION_H",
+    cmd = [gxx, std, "-fsyntax-only", "-w", "-DTILE_WITH_CUDA=1", "-DTORCH_API_INCLUDE_EXTENSION_H",
            "-DTORCH_EXTENSION_NAME=_C", f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
            *[f"-I{p}" for p in include_paths()], f"-I{shim}", f"-I{cuda_include}",
            f"-I{sysconfig.get_paths()['include']}", str(source)]
@@ -249,9 +223,9 @@ def test_cuda_glue_syntax(source, tmp_path):
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stderr[-6000:]}"
 
 
-# The host sizes every kernel's shared memory with its own smem_layout (kUnroll 4's stage); the flag kernel runs at
-# TILES_FLAGS_KUNROLL (3) and lays out its own, smaller stage inside that allocation. Compiled here with the flag
-# define and without, for both models' plans: the flag kernel's layout must fit inside the host's allocation.
+# The host sizes every kernel's shared memory with its own smem_layout (kUnroll 4's stage); the flag kernels run at
+# kUnroll 3 and lay out their own, smaller stage inside that allocation. Compiled here with the flag define and
+# without, for both models' plans: the flag kernels' layout must fit inside the host's allocation.
 _SMEM_PROBE = r"""
 #include <cstdio>
 #include <cstring>
@@ -262,7 +236,7 @@ int main() {
     if (std::scanf("%d", &w[i]) != 1) return 2;
   tiles::Header h;
   std::memcpy(&h, w, sizeof h);
-  const tiles::cuda::SmemLayout L = tiles::cuda::smem_layout(h, tiles::cuda::kOptDefault);
+  const tiles::cuda::SmemLayout L = tiles::cuda::smem_layout(h);
   std::printf("%d %d %d %d\n", tiles::cuda::kUnroll, L.total, L.stage, L.kbuf2);
   return 0;
 }
@@ -279,14 +253,20 @@ def test_flag_kernel_shared_memory_fits_the_hosts(tmp_path):
     src = tmp_path / "smem_probe.cpp"
     src.write_text(_SMEM_PROBE)
     exes = {}
-    for tag, defs in (("host", []), ("flags", ["-DTILES_FLAGS=1"])):
+    for tag, defs in (("host", []), ("flags", ["-DTILE_FLAG_HANDOFF=1"])):
         exes[tag] = tmp_path / f"probe_{tag}"
         cmd = [gxx, "-std=c++17", "-O0", *defs, f"-I{REPO / 'csrc'}", f"-I{REPO / 'csrc' / 'generated'}",
                f"-I{cuda_inc}", str(src), "-o", str(exes[tag])]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stderr[-4000:]}"
-    for name in ("llama-3.2-1b", "smollm2-135m"):
-        words = " ".join(str(x) for x in build_plan(load_config(name), workers=132).header_words())
+    llama = load_config("llama-3.2-1b")
+    # Llama-3.2-3B's shape (head_dim 128: the five-step kernels' chunk of 64 positions).
+    llama_3b = llama.__class__.from_dict({**llama.to_dict(), "hidden_size": 3072, "num_attention_heads": 24,
+                                          "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+                                          "num_hidden_layers": 28})
+    for name, cfg in (("llama-3.2-1b", llama), ("smollm2-135m", load_config("smollm2-135m")),
+                      ("llama-3b-shape", llama_3b)):
+        words = " ".join(str(x) for x in build_plan(cfg, workers=132, validate=False).header_words())
         got = {}
         for tag, exe in exes.items():
             out = subprocess.run([str(exe)], input=words, capture_output=True, text=True, timeout=60)

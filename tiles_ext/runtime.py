@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 
 import torch
 
 from tiles_ext import families
 from tiles_ext.errors import check_state
-from tiles_ext.planner.format import ATTN_WARPS_HEAD_DIM, ATTN_WARPS_MAX_GROUP
 from tiles_ext.planner.format import attn_warps_fit as format_attn_warps_fit
 from tiles_ext.planner.plan import Plan
 
@@ -43,9 +41,10 @@ HANDOFFS = ("auto", "counters", "flags")
 
 @functools.lru_cache(maxsize=1)
 def _kernel_constants() -> dict:
+    """What the compiled library offers (csrc/tiles_op.cpp): flags = a CUDA kernel that hands off by flag-in-data
+    words too (for every shape it runs)."""
     mod = importlib.import_module("tiles_ext._C")
-    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "flag_opt": int(getattr(mod, "FLAG_HANDOFF_OPT", -1)),
-            "attn_warps": bool(getattr(mod, "ATTN_WARPS", 0))}
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0))}
 
 
 def attn_warps_fit(header: dict) -> bool:
@@ -63,34 +62,24 @@ def layer_bytes_per_worker(header: dict) -> int:
 
 
 def choose_handoff(header: dict, device, handoff: str | None = None) -> str:
-    """'counters' or 'flags' for a runtime of this plan on `device`. `handoff` (else TILES_HANDOFF, else 'auto'):
-    'auto' takes flags on CUDA where they measured faster (small layers per worker) and the launch runs the kernel's
-    default option set (TILES_KERNEL_OPT unset or that set, no TILES_GENERIC_KERNEL, no TILES_PREFETCH_BYTES), the
-    only one compiled with flags; 'flags' insists (a CUDA build is needed); 'counters' never."""
-    want = handoff if handoff is not None else os.environ.get("TILES_HANDOFF", "auto")
+    """'counters' or 'flags' for a runtime of this plan on `device`. `handoff` (None = 'auto'): 'auto' takes flags on
+    CUDA where they measured faster (small layers per worker); 'flags' insists (a CUDA build is needed); 'counters'
+    never."""
+    want = handoff if handoff is not None else "auto"
     if want not in HANDOFFS:
-        raise ValueError(f"handoff {want!r} (TILES_HANDOFF): expected one of {', '.join(HANDOFFS)}")
+        raise ValueError(f"handoff {want!r}: expected one of {', '.join(HANDOFFS)}")
     device = torch.device(device)
     if want == "counters":
         return "counters"
-    k = _kernel_constants() if device.type == "cuda" else {"flags": False, "flag_opt": -1, "attn_warps": False}
-    fits = not k["attn_warps"] or attn_warps_fit(header)
+    flags = _kernel_constants()["flags"] if device.type == "cuda" else False
     if want == "flags":
-        if not k["flags"]:
+        if not flags:
             raise ValueError(f"handoff 'flags' needs the CUDA kernel; {device} runs the CPU reference executor, "
                              "which hands off by counters only" if device.type != "cuda" else
                              "handoff 'flags' needs a CUDA build of tiles_ext._C")
-        if not fits:
-            raise ValueError(f"handoff 'flags' runs on the kernel's default variant, whose attention takes G <= "
-                             f"{ATTN_WARPS_MAX_GROUP} query heads per KV head and head_dim {ATTN_WARPS_HEAD_DIM}; this "
-                             f"plan has {header['num_heads']} heads over "
-                             f"{header['num_kv_heads']} KV heads, head_dim {header['head_dim']}: use 'counters'")
         return "flags"
-    default_launch = (os.environ.get("TILES_KERNEL_OPT", "") in ("", str(k["flag_opt"]))
-                      and os.environ.get("TILES_GENERIC_KERNEL", "0") in ("", "0")
-                      and int(os.environ.get("TILES_PREFETCH_BYTES", "0") or 0) <= 0)
     small = layer_bytes_per_worker(header) < FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER
-    return "flags" if k["flags"] and default_launch and small and fits else "counters"
+    return "flags" if flags and small else "counters"
 
 
 class TileRuntime:

@@ -1,6 +1,6 @@
-// Attention tiles: RoPE, the K/V chunks, the warp path (FFMA or tensor cores) and the five-step loop, the partials.
-// Part of the decode kernel: decode_kernel.cu includes it inside its anonymous namespace (tiles::cuda), after
-// weight_stream.cuh.
+// Attention tiles: RoPE, the K/V chunks, the tensor-core warp path and the five-step chunk loop, the partials.
+// Part of the decode kernel: decode_kernel.cuh includes it inside its anonymous namespace (tiles::cuda), after
+// matvec.cuh.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -16,8 +16,8 @@ __device__ void rope_tables(const KernelParams& p, int64_t pos, float* cs) {
   }
 }
 
-// kOptAttnPrestage, before the wait: the RoPE tables and the cached K/V rows [lo, min(pos, first chunk end)) of the
-// first chunk (cp.async). Rows < pos are final before the step starts: the previous steps' ATTN tiles wrote them and
+// Before the wait: the RoPE tables and the cached K/V rows [lo, min(pos, first chunk end)) of the first chunk
+// (cp.async). Rows < pos are final before the step starts: the previous steps' ATTN tiles wrote them and
 // are ancestors of the ARGMAX this worker waited for (or the host wrote them before the launch).
 __device__ void attn_prestage(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem, const SmemLayout& L) {
   const int hd = p.h.head_dim;
@@ -41,19 +41,15 @@ __device__ void attn_prestage(const KernelParams& p, const Tile& t, int64_t pos,
   cp_async_commit();
 }
 
-// kOptAttnDoubleBuffer: cp.async of the cached K/V rows [c0, c0 + cn) into a chunk buffer (the layout of the
-// __ldcg loop in attn_tile), as one commit group.
+// The double buffer's copies: cp.async of the cached K/V rows [c0, c0 + cn) into a chunk buffer (the layout of
+// attn_stage_chunk's register copies), as one commit group.
 __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0, int cn, int hd, uint16_t* kb,
                                  uint16_t* vb) {
   const int cpr = hd / 8, kstride = hd + 8;
   kc += int64_t(c0) * hd;
   vc += int64_t(c0) * hd;
   for (int i = threadIdx.x; i < cn * cpr; i += kThreads) {
-#if TILES_ATTN_TC
-    const int j = cpr == 8 ? i >> 3 : i / cpr, c = i - j * cpr;  // v63c: head_dim 64 (the warp path) without a divide
-#else
-    const int j = i / cpr, c = i - j * cpr;
-#endif
+    const int j = cpr == 8 ? i >> 3 : i / cpr, c = i - j * cpr;  // head_dim 64 (the warp path) without a divide
     cp_async16(kb + j * kstride + c * 8, kc + i * 8);  // i * 8 = j * hd + c * 8: rows are contiguous in the cache
     cp_async16(vb + j * attn_vstride(hd) + c * 8, vc + i * 8);
   }
@@ -61,7 +57,7 @@ __device__ void attn_issue_chunk(const uint16_t* kc, const uint16_t* vc, int c0,
 }
 
 // Elements c*8 .. c*8+7 of a score q . k: the (low, high) bf16 halves of k8.x, .y against qa into acc0 and of
-// k8.z, .w against qb into acc1 (two accumulators: half the dependent FMA chain). Both attention loops use it.
+// k8.z, .w against qb into acc1 (two accumulators: half the dependent FMA chain).
 __device__ __forceinline__ void qk_piece(const uint4 k8, const float4 qa, const float4 qb, float& acc0, float& acc1) {
   acc0 = fmaf(qa.x, __uint_as_float(k8.x << 16), acc0);
   acc1 = fmaf(qb.x, __uint_as_float(k8.z << 16), acc1);
@@ -73,49 +69,39 @@ __device__ __forceinline__ void qk_piece(const uint4 k8, const float4 qa, const 
   acc1 = fmaf(qb.w, __uint_as_float(k8.w & 0xffff0000u), acc1);
 }
 
-// The warp-owned attention paths (8 positions per warp and chunk): the warps that ever held a position of a tile with
+// The warp path (8 positions per warp and chunk): the warps that ever held a position of a tile with
 // positions [lo, hi), those of its first chunk (the later chunks' positions go to the same warps first).
 __device__ __forceinline__ int attn_warps_used(int32_t lo, int32_t hi, int32_t chunk) {
   const int span0 = hi - lo < chunk ? hi - lo : chunk;
   return span0 <= 0 ? 0 : ((span0 + 7) / 8 < kWarps ? (span0 + 7) / 8 : kWarps);
 }
 
-// The warp path (v45, v63): the first `wused` warps' states, (m, l) in sc [warp][G][2] and o in opart ([warp][G][hd];
-// v63: attn_tc_oidx), combined by log-sum-exp in warp order (fixed: bit-identical runs) into of / ml, the layout
-// MERGE and the partials' store read. A warp whose m is -inf held no position.
-#if TILES_ATTN_TC
-// v63's o slots: opart as [warp][n = d / 8][lane = 4g + (d % 8) / 2] float2 (hd 64).
+// The warp path: the first `wused` warps' states, (m, l) in sc [warp][G][2] and o in opart (attn_tc_oidx), combined
+// by log-sum-exp in warp order (fixed: bit-identical runs) into of / ml, the layout MERGE and the partials' store
+// read. A warp whose m is -inf held no position.
+// The o slots: opart as [warp][n = d / 8][lane = 4g + (d % 8) / 2] float2 (hd 64).
 __device__ __forceinline__ int attn_tc_oidx(int w, int g, int d, int G) {
   return ((w * 8 + (d >> 3)) * 4 * G + 4 * g + ((d & 7) >> 1)) * 2 + (d & 1);
 }
-#endif
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
 __device__ __noinline__
 #else
 __device__ __forceinline__
 #endif
 void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int wused, float* of, float* ml) {
   for (int i = threadIdx.x; i < G * hd; i += kThreads) {
-#if TILES_ATTN_TC
-    const int g = i >> 6;  // v63c: the warp paths' head_dim is 64 (attn_warps_fit): no runtime division
-#else
-    const int g = i / hd;
-#endif
-    // v66: every warp's state loaded at once, unconditionally (the slots of all kWarps warps exist; those past wused
-    // are not used), so that the 32 loads and 16 expf overlap instead of one dependent LDS -> expf -> FMA chain per
-    // warp (3.05K of ~10K cycles per ATTN tile at 4064; -1.0% per token there, session 27). The same terms in the same
-    // warp order: the same bits. The flag variant calls it out of line (v66f): inlined, it made its tile loop spill
-    // (24 / 16 bytes).
+    const int g = i >> 6;  // the warp path's head_dim is 64 (attn_warps_fit): no runtime division
+    // Every warp's state loaded at once, unconditionally (the slots of all kWarps warps exist; those past wused are
+    // not used), so that the 32 loads and 16 expf overlap instead of one dependent LDS -> expf -> FMA chain per warp
+    // (3.05K of ~10K cycles per ATTN tile at context 4064; -1.0% per token there). The same terms in the same warp
+    // order: the same bits. The flag kernel calls it out of line: inlined, it made its tile loop spill (24 / 16
+    // bytes).
     float2 s[kWarps];
     float o[kWarps];
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       s[w] = reinterpret_cast<const float2*>(sc)[w * G + g];
-#if TILES_ATTN_TC
       o[w] = opart[attn_tc_oidx(w, g, i - g * hd, G)];
-#else
-      o[w] = opart[(w * G + g) * hd + (i - g * hd)];
-#endif
     }
     float M = -INFINITY;
 #pragma unroll
@@ -124,11 +110,11 @@ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int 
     float Ls = 0.f, O = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      // Branch-free, so that the 16 expf overlap: a term is added where the loop before v66 added it (w < wused, m
-      // finite), as the FMA that its `Ls += f * l` contracted to; elsewhere f is computed and dropped.
+      // Branch-free, so that the 16 expf overlap: a term is added where a loop over the used warps would add it
+      // (w < wused, m finite), as the FMA that `Ls += f * l` contracts to; elsewhere f is computed and dropped.
       const bool use = w < wused && s[w].x != -INFINITY;
       float f = expf(s[w].x - M);
-      asm volatile("" : "+f"(f));  // computed unconditionally: otherwise it sinks into a branch per warp again
+      asm volatile("" : "+f"(f));  // computed unconditionally: otherwise it sinks into a branch per warp
       Ls = use ? fmaf(f, s[w].y, Ls) : Ls;
       O = use ? fmaf(f, o[w], O) : O;
     }
@@ -140,11 +126,339 @@ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int 
   }
 }
 
+// q of KV head kvh's G heads rotated into qf (fp32, rows of hd + 4), of zeroed, m = -inf and l = 0.
+__device__ __forceinline__ void attn_rotate_q(const KernelParams& p, const uint16_t* q, int kvh, int G, int hd,
+                                              const float* cs, float* qf, float* of, float* ml, uint32_t epoch) {
+  const int tid = threadIdx.x;
+  for (int i = tid; i < G * hd; i += kThreads) {
+    const int g = i / hd, d = i - g * hd;
+    const int qh = kvh * G + g;
+    // q is tiny: read through L2 directly (written by QKV tiles of this launch). rotate_half: pairs (d, d +- hd/2).
+    const int half = hd / 2;
+    const int dp = d < half ? d + half : d - half;
+#ifdef TILE_FLAG_HANDOFF
+    const int64_t qi[2] = {qh * hd + d, qh * hd + dp};
+    uint16_t qv[2];
+    fl_read_bf16<2>(p, q, qi, epoch, qv);
+    const float x = bf2f(qv[0]), xp = bf2f(qv[1]);
+#else
+    const float x = bf2f(__ldcg(q + qh * hd + d)), xp = bf2f(__ldcg(q + qh * hd + dp));
+#endif
+    qf[g * (hd + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    of[i] = 0.f;
+  }
+  if (tid < G) {
+    ml[tid] = -INFINITY;
+    ml[G + tid] = 0.f;
+  }
+}
+
+// This partition owns the new position: the rotated k (rounded to bf16) and v of KV head kvh appended to the cache
+// rows (kc, vc), and to the staged first chunk (kb, vb) when it holds the position (`first_local`: the same bf16
+// values).
+__device__ __forceinline__ void attn_append_new_row(const KernelParams& p, const uint16_t* knew, const uint16_t* vnew,
+                                                    int kvh, int G, int hd, const float* cs, uint16_t* kc,
+                                                    uint16_t* vc, uint16_t* kb, uint16_t* vb, int64_t pos, int32_t lo,
+                                                    bool first_local, uint32_t epoch) {
+  const int tid = threadIdx.x, kstride = hd + 8;
+  const int half = hd / 2;
+  auto new_row = [&](int d) {
+    const int dp = d < half ? d + half : d - half;
+#ifdef TILE_FLAG_HANDOFF
+    const int64_t ki[2] = {kvh * hd + d, kvh * hd + dp}, vi[1] = {kvh * hd + d};
+    uint16_t kv2[2], vv1[1];
+    fl_read_bf16<2>(p, knew, ki, epoch, kv2);
+    fl_read_bf16<1>(p, vnew, vi, epoch, vv1);
+    const float x = bf2f(kv2[0]), xp = bf2f(kv2[1]);
+    const uint16_t vr = vv1[0];
+#else
+    const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
+    const uint16_t vr = __ldcg(vnew + kvh * hd + d);
+#endif
+    const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    const uint16_t kr = f2bf(r);
+    kc[pos * hd + d] = kr;
+    vc[pos * hd + d] = vr;
+    if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
+      kb[(pos - lo) * kstride + d] = kr;
+      vb[(pos - lo) * attn_vstride(hd) + d] = vr;
+    }
+  };
+  // Threads past the q elements take the row, so that its reads and q's are one L2 round trip, not two.
+  if (G * hd + hd <= kThreads) {
+    if (tid >= G * hd && tid < G * hd + hd) new_row(tid - G * hd);
+  } else {
+    for (int d = tid; d < hd; d += kThreads) new_row(d);
+  }
+  // The row is read back below through L2 (ld.cg) by other threads of this block, unless it is staged.
+  if (!first_local) __threadfence();
+}
+
+// The warp path's q A fragments once per tile, hi and lo bf16 halves, entry (k-step ks, lane 4g + t) = {hi a0, lo
+// a0, hi a2, lo a2} of head g at dims 16ks + 2t (+ 8) (the lo half as row g + 8), after the warps' states in sc
+// (kWarps x G x 2 floats; sc holds G x (chunk + 8) floats, chunk 128). Threads tid < 16 G; the chunk loop's first
+// barrier publishes them.
+__device__ __forceinline__ void attn_q_fragments(const float* qf, float* sc, int G, int hd) {
+  const int tid = threadIdx.x;
+  const int ks = tid / (4 * G), l = tid - ks * 4 * G, g = l >> 2, t2 = (l & 3) * 2;
+  const float* qr = qf + g * (hd + 4) + ks * 16 + t2;
+  uint32_t h0, l0, h2, l2;
+  split_bf16x2(qr[0], qr[1], h0, l0);
+  split_bf16x2(qr[8], qr[9], h2, l2);
+  reinterpret_cast<uint4*>(sc + kWarps * 2 * G)[tid] = make_uint4(h0, l0, h2, l2);  // A: rows g (hi), g + 8 (lo)
+}
+
+// Chunk [c0, c0 + cn)'s K/V rows into (kb, vb), this thread's part; the caller's barrier publishes everyone's. With
+// the double buffer (kv_delta != 0) the next chunk's copies go to the other buffer first (the previous chunk's
+// end-of-chunk barrier freed it), then this chunk's are waited for; a prestaged first chunk is waited for; else the
+// rows are copied through registers.
+__device__ __forceinline__ void attn_stage_chunk(const SmemLayout& L, const uint16_t* kc, const uint16_t* vc, int c0,
+                                                 int cn, int32_t lo, int32_t hi, int hd, int cpr, bool prestaged,
+                                                 int kv_delta, uint16_t* kb, uint16_t* vb) {
+  const int tid = threadIdx.x, kstride = hd + 8;
+  if (kv_delta != 0) {
+    // The next chunk goes to the other buffer, which the end-of-chunk barrier of the previous chunk freed.
+    const int n0 = c0 + L.chunk;
+    if (n0 < hi) {
+      attn_issue_chunk(kc, vc, n0, hi - n0 < L.chunk ? hi - n0 : L.chunk, hd, kb + kv_delta, vb + kv_delta);
+      cp_async_wait_but_last();  // this chunk's rows (this thread's)
+    } else {
+      cp_async_wait_all();
+    }
+  } else if (prestaged && c0 == lo) {
+    cp_async_wait_all();  // this thread's staged rows
+  } else {
+    for (int i = tid; i < cn * cpr; i += kThreads) {
+      const int j = i / cpr, c = i - j * cpr;
+      const uint4 kv = __ldcg(reinterpret_cast<const uint4*>(kc + int64_t(c0 + j) * hd) + c);
+      const uint4 vv = __ldcg(reinterpret_cast<const uint4*>(vc + int64_t(c0 + j) * hd) + c);
+      *reinterpret_cast<uint4*>(kb + j * kstride + c * 8) = kv;
+      *reinterpret_cast<uint4*>(vb + j * attn_vstride(hd) + c * 8) = vv;
+    }
+  }
+}
+
+// The five-step loop, one chunk of cn positions: scores (one (position, head) per thread), the online softmax update
+// (warp g owns head g), the o partials of up to `splits` position groups, their sum into of; a block barrier after
+// each.
+__device__ __forceinline__ void attn_fivestep_chunk(int cn, int G, int hd, int cpr, int kstride, int scs, int splits,
+                                                    const uint16_t* kb, const uint16_t* vb, const float* qf, float* sc,
+                                                    float* ml, float* opart, float* of, float scale) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Scores: one (position, head) per thread.
+  for (int i = tid; i < cn * G; i += kThreads) {
+    const int j = i / G, g = i - j * G;
+    const uint4* kr = reinterpret_cast<const uint4*>(kb + j * kstride);
+    // q as float4 from rows padded to hd + 4 floats: the G heads a warp reads are in different banks (unpadded,
+    // every head's element sat in the same bank: a G-way conflict on each of the hd scalar loads per score).
+    const float4* qg = reinterpret_cast<const float4*>(qf + g * (hd + 4));
+    // Two accumulators (elements 0-3 and 4-7 of each 8): half the dependent FMA chain.
+    float acc0 = 0.f, acc1 = 0.f;
+    for (int c = 0; c < cpr; ++c) {
+      qk_piece(kr[c], qg[2 * c], qg[2 * c + 1], acc0, acc1);
+    }
+    sc[g * scs + j] = (acc0 + acc1) * scale;
+  }
+  __syncthreads();
+  // Online softmax update: warp g owns head g.
+  if (warp < G) {
+    const int g = warp;
+    float cm = -INFINITY;
+    for (int j = lane; j < cn; j += 32) cm = fmaxf(cm, sc[g * scs + j]);
+    cm = warp_max(cm);
+    const float m_old = ml[g];
+    const float m_new = fmaxf(m_old, cm);
+    float ls = 0.f;
+    for (int j = lane; j < cn; j += 32) {
+      const float e = expf(sc[g * scs + j] - m_new);
+      sc[g * scs + j] = e;
+      ls += e;
+    }
+    ls = warp_sum(ls);
+    __syncwarp();  // every lane has read ml[g] (m_old) before lane 0 overwrites it (racecheck)
+    if (lane == 0) {
+      const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+      ml[2 * G + g] = alpha;
+      ml[G + g] = ml[G + g] * alpha + ls;
+      ml[g] = m_new;
+    }
+  }
+  __syncthreads();
+  // o partials: thread (split, g, 8 dims) sums positions split, split + splits, ... with one 16-byte V read per
+  // position into eight accumulators (one per dim), stored in a fixed order. Per-element 2-byte reads cost 8x the
+  // shared-memory wavefronts (with them the attention took 9% longer at 16K positions).
+  // A short chunk takes fewer splits (at least 8 positions each), so that the combine below stays short: at
+  // 32 positions, 16 splits of 2 cost 0.7% per token.
+  int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
+  {
+    const int d8n = hd / 8, ngd = G * d8n;
+    for (int i = tid; i < nsp * ngd; i += kThreads) {
+      const int sp = i / ngd, gd = i - sp * ngd;
+      const int g = gd / d8n, d0 = (gd - g * d8n) * 8;
+      const float* sg = sc + g * scs;
+      float a[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) a[k] = 0.f;
+      for (int j = sp; j < cn; j += nsp) {
+        const float pj = sg[j];
+        const uint4 v8 = *reinterpret_cast<const uint4*>(vb + j * attn_vstride(hd) + d0);
+        const uint32_t vw[4] = {v8.x, v8.y, v8.z, v8.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          a[2 * k] = fmaf(pj, __uint_as_float(vw[k] << 16), a[2 * k]);
+          a[2 * k + 1] = fmaf(pj, __uint_as_float(vw[k] & 0xffff0000u), a[2 * k + 1]);
+        }
+      }
+      float4* op = reinterpret_cast<float4*>(opart + sp * G * hd + g * hd + d0);
+      op[0] = make_float4(a[0], a[1], a[2], a[3]);
+      op[1] = make_float4(a[4], a[5], a[6], a[7]);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < G * hd; i += kThreads) {
+    const int g = i / hd;
+    float acc = of[i] * ml[2 * G + g];
+    for (int sp = 0; sp < nsp; ++sp) acc += opart[sp * G * hd + i];
+    of[i] = acc;
+  }
+  __syncthreads();
+}
+
+// The warp path, one chunk of cn positions: warp w's positions 8w .. 8w + 7 (those in the chunk) scored on the
+// tensor cores, its online softmax in registers, o = o alpha + P V on the tensor cores. wm, wl: its running max and
+// sum for head fr; counter kernels: q's fragments and o in registers (qreg once qloaded, oreg), flag kernels: o in
+// its slots (wop).
+__device__ __forceinline__ void attn_warp_chunk(int c0, int cn, int32_t lo, int G, int hd, int kstride, float scale,
+                                                const uint16_t* kb, const uint16_t* vb, const uint4* qfrag,
+                                                float2* wop, float& wm, float& wl
+#ifndef TILE_FLAG_HANDOFF
+                                                , uint4 (&qreg)[4], bool& qloaded, float2 (&oreg)[8]
+#endif
+) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int fr = lane >> 2, ft = lane & 3;
+  const int p0 = warp * 8;
+  const int nv = cn - p0 < 8 ? cn - p0 : 8;  // this warp's positions in the chunk (warp-uniform)
+  if (nv > 0) {
+    // Scores: D (heads x 8 positions) = q (A: head fr's hi half as row fr, its lo half as row fr + 8; 4 k-steps
+    // of 16 dims) x K^T (B: the K rows by ldmatrix, tile i = dims 8i .. 8i + 7). Rows past nv hold stale K:
+    // their columns become -inf.
+#ifndef TILE_FLAG_HANDOFF
+    if (!qloaded) {  // after the first chunk's barrier, which published them
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) qreg[ks] = fr < G ? qfrag[ks * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
+      qloaded = true;
+    }
+#endif
+    const uint16_t* krow = kb + (p0 + (lane & 7)) * kstride + (lane >> 3) * 8;
+    // Two accumulator chains (dims halves), two MMAs deep; rows fr and fr + 8 hold the hi and lo products.
+    float dh[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // dims 32h .. 32h + 31: two k-steps per ldmatrix
+      uint32_t kf[4];
+      ldsm_x4(kf, krow + 32 * h);
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2) {
+#ifndef TILE_FLAG_HANDOFF
+        const uint4 qw = qreg[2 * h + k2];
+#else
+        const uint4 qw = fr < G ? qfrag[(2 * h + k2) * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
+#endif
+        mma_bf16_16816(dh[h], qw.x, qw.y, qw.z, qw.w, kf[2 * k2], kf[2 * k2 + 1]);
+      }
+    }
+    const float d[2] = {(dh[0][0] + dh[0][2]) + (dh[1][0] + dh[1][2]),
+                        (dh[0][1] + dh[0][3]) + (dh[1][1] + dh[1][3])};
+    // Online softmax for head fr: its 8 positions are in the quad's lanes (2ft, 2ft + 1 each).
+    const bool in0 = 2 * ft < nv, in1 = 2 * ft + 1 < nv;
+    const float s0 = in0 ? d[0] * scale : -INFINITY, s1 = in1 ? d[1] * scale : -INFINITY;
+    float mx = fmaxf(s0, s1);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(wm, mx);  // finite: the warp's first position is in the chunk
+    const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
+    const float e0 = in0 ? expf(s0 - mn) : 0.f, e1 = in1 ? expf(s1 - mn) : 0.f;
+    float ls = e0 + e1;
+    ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+    ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+    wl = wl * alpha + ls;
+    wm = mn;
+    // o = o alpha + P V: P's A fragment is the scores' D fragment (m16n8k8: k = the 8 positions), hi in row fr,
+    // lo in row fr + 8; V's B fragments by ldmatrix.trans (tile n = dims 8n .. 8n + 7). Stale V rows past nv are
+    // zeroed (0 x NaN). o starts at the tile's first chunk (its slot holds an earlier tile's values).
+    uint32_t ph, pl;
+    split_bf16x2(e0, e1, ph, pl);
+    const uint16_t* vrow = vb + (p0 + (lane & 7)) * attn_vstride(hd) + (lane >> 3) * 8;
+    const uint32_t vm = nv < 8 ? (in0 ? 0xffffu : 0u) | (in1 ? 0xffff0000u : 0u) : 0xffffffffu;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // dims 32h .. 32h + 31
+      uint32_t vf[4];
+      ldsm_x4_trans(vf, vrow + 32 * h);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+#ifndef TILE_FLAG_HANDOFF
+        float acc[4] = {oreg[4 * h + n].x * alpha, oreg[4 * h + n].y * alpha, 0.f, 0.f};
+        mma_bf16_1688(acc, ph, pl, vf[n] & vm);
+        oreg[4 * h + n] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
+#else
+        const int j = (4 * h + n) * 4 * G;
+        const float2 o = fr < G && c0 != lo ? wop[j] : make_float2(0.f, 0.f);
+        float acc[4] = {o.x * alpha, o.y * alpha, 0.f, 0.f};  // rows fr: o alpha + P_hi V; fr + 8: P_lo V
+        mma_bf16_1688(acc, ph, pl, vf[n] & vm);
+        if (fr < G) wop[j] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
+#endif
+      }
+    }
+  }
+}
+
+// The warp path's end: the warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order
+// (fixed: bit-identical runs) into of / ml, the layout MERGE and the partial's store read. Warps past the first
+// chunk's span never held a position (their m is -inf): the combine leaves them out.
+__device__ __forceinline__ void attn_warps_end(int32_t lo, int32_t hi, int chunk, int G, int hd, int fr, int ft,
+                                               float* sc, float* opart, float* of, float* ml, float2* wop, float wm,
+                                               float wl
+#ifndef TILE_FLAG_HANDOFF
+                                               , const float2 (&oreg)[8]
+#endif
+) {
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int wused = attn_warps_used(lo, hi, chunk);
+  if (warp < wused) {
+    if (fr < G && ft == 0) {  // (the flag kernel's o is in opart already)
+      sc[(warp * G + fr) * 2] = wm;
+      sc[(warp * G + fr) * 2 + 1] = wl;
+    }
+#ifndef TILE_FLAG_HANDOFF
+    if (fr < G) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) wop[n * 4 * G] = oreg[n];
+    }
+#endif
+  }
+  __syncthreads();
+  attn_combine_warps(sc, opart, G, hd, wused, of, ml);
+  __syncthreads();
+}
+
+// The tile's partial for its MERGE (KV head kvh, partition part of P): per head m, l, then o [hd].
+__device__ __forceinline__ void attn_store_partial(const KernelParams& p, const Tile& t, int kvh, int part, int P,
+                                                   int G, int hd, const float* ml, const float* of, uint32_t epoch) {
+  float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
+  for (int i = static_cast<int>(threadIdx.x); i < G * (hd + 2); i += kThreads) {
+    const int g = i / (hd + 2), k = i - g * (hd + 2);
+    const int64_t base = (int64_t(kvh * P + part) * G + g) * (hd + 2);
+    put_f32(out, base + k, k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]), epoch);
+  }
+}
+
+// One ATTN tile: q rotated, the new row appended, the chunk loop over the partition's positions (the warp path or the
+// five-step loop), then the partial for MERGE.
 // `prestaged`: attn_prestage ran before the wait (RoPE tables ready, chunk 1 rows < pos in flight by cp.async).
-// True when the tile kept its (m, l, o) in shared memory only (v44): partition 0 holds every position and the plan
-// says its MERGE runs next on this worker (out_offset 1), which then merges locally (kOptLocalMerge) and adds this
-// tile's counter increment after its own release (a release here would wait for the partials' stores, and the
-// MERGE's release for this increment: call 1 of session 13).
+// True when the tile kept its (m, l, o) in shared memory only: partition 0 holds every position and the plan says
+// its MERGE runs next on this worker (out_offset 1), which then merges locally and adds this tile's counter
+// increment after its own release (a release here would wait for the partials' stores, and the MERGE's release for
+// this increment).
 template <bool kWarpPath>
 __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem,
                                                const SmemLayout& L, bool prestaged, uint32_t epoch) {
@@ -160,7 +474,6 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
   uint16_t* kb = reinterpret_cast<uint16_t*>(smem + L.kbuf);
   uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
   const int kstride = hd + 8;
-  ATTN_PROF_DECL
 
   int32_t lo, hi;
   attn_partition_range(static_cast<int32_t>(pos + 1), part, P, p.h.attn_granule, p.h.attn_single, &lo, &hi);
@@ -174,478 +487,91 @@ __device__ __forceinline__ bool attn_tile_body(const KernelParams& p, const Tile
     rope_tables(p, pos, cs);
     __syncthreads();
   }  // else: written before the wait, published by the wait's barrier
-  for (int i = tid; i < G * hd; i += kThreads) {
-    const int g = i / hd, d = i - g * hd;
-    const int qh = kvh * G + g;
-    // q is tiny: read through L2 directly (written by QKV tiles of this launch). rotate_half: pairs (d, d +- hd/2).
-    const int half = hd / 2;
-    const int dp = d < half ? d + half : d - half;
-#ifdef TILES_FLAGS
-    const int64_t qi[2] = {qh * hd + d, qh * hd + dp};
-    uint16_t qv[2];
-    fl_read_bf16<2>(p, q, qi, epoch, qv);
-    const float x = bf2f(qv[0]), xp = bf2f(qv[1]);
-#else
-    const float x = bf2f(__ldcg(q + qh * hd + d)), xp = bf2f(__ldcg(q + qh * hd + dp));
-#endif
-    qf[g * (hd + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
-    of[i] = 0.f;
-  }
-#if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 2
-  TILES_MARK(kTimePhase1);
-#endif
-  if (tid < G) {
-    ml[tid] = -INFINITY;
-    ml[G + tid] = 0.f;
-  }
+  attn_rotate_q(p, q, kvh, G, hd, cs, qf, of, ml, epoch);
   const bool first_local = prestaged && pos < lo + L.chunk;
-  if (lo <= pos && pos < hi) {
-    // This partition owns the new position: append the rotated k (rounded to bf16) and v to the cache.
-    const int half = hd / 2;
-    auto new_row = [&](int d) {
-      const int dp = d < half ? d + half : d - half;
-#ifdef TILES_FLAGS
-      const int64_t ki[2] = {kvh * hd + d, kvh * hd + dp}, vi[1] = {kvh * hd + d};
-      uint16_t kv2[2], vv1[1];
-      fl_read_bf16<2>(p, knew, ki, epoch, kv2);
-      fl_read_bf16<1>(p, vnew, vi, epoch, vv1);
-      const float x = bf2f(kv2[0]), xp = bf2f(kv2[1]);
-      const uint16_t vr = vv1[0];
-#else
-      const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
-      const uint16_t vr = __ldcg(vnew + kvh * hd + d);
-#endif
-      const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
-      const uint16_t kr = f2bf(r);
-      kc[pos * hd + d] = kr;
-      vc[pos * hd + d] = vr;
-      if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
-        kb[(pos - lo) * kstride + d] = kr;
-        vb[(pos - lo) * attn_vstride(hd) + d] = vr;
-      }
-    };
-    // Threads past the q elements take the row, so that its reads and q's are one L2 round trip, not two.
-    if (G * hd + hd <= kThreads) {
-      if (tid >= G * hd && tid < G * hd + hd) new_row(tid - G * hd);
-    } else {
-      for (int d = tid; d < hd; d += kThreads) new_row(d);
-    }
-    // The row is read back below through L2 (ld.cg) by other threads of this block, unless it is staged.
-    if (!first_local) __threadfence();
-  }
+  if (lo <= pos && pos < hi)
+    attn_append_new_row(p, knew, vnew, kvh, G, hd, cs, kc, vc, kb, vb, pos, lo, first_local, epoch);
   __syncthreads();
-#if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 1
-  TILES_MARK(kTimePhase1);
-#endif
-  if (lo >= hi) TILES_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
-  ATTN_PROF(0);
-#if TILES_ATTN_TC
-  // v63: q's A fragments once per tile, hi and lo bf16 halves, entry (k-step ks, lane 4g + t) = {hi a0, lo a0, hi a2,
-  // lo a2} of head g at dims 16ks + 2t (+ 8) (v63d: the lo half as row g + 8), after the warps' states in sc
-  // (kWarps x G x 2 floats; sc holds G x (chunk + 8) floats, chunk 128). The chunk loop's first barrier publishes them.
-  if (kWarpPath && tid < 16 * G && lo < hi) {
-    const int ks = tid / (4 * G), l = tid - ks * 4 * G, g = l >> 2, t2 = (l & 3) * 2;
-    const float* qr = qf + g * (hd + 4) + ks * 16 + t2;
-    uint32_t h0, l0, h2, l2;
-    split_bf16x2(qr[0], qr[1], h0, l0);
-    split_bf16x2(qr[8], qr[9], h2, l2);
-    reinterpret_cast<uint4*>(sc + kWarps * 2 * G)[tid] = make_uint4(h0, l0, h2, l2);  // A: rows g (hi), g + 8 (lo)
-  }
-#endif
+  if (lo >= hi) TILE_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
+  if (kWarpPath && tid < 16 * G && lo < hi) attn_q_fragments(qf, sc, G, hd);
 
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int cpr = hd / 8;  // 16-byte chunks per row
   const int splits = L.splits;
-#if TILES_ATTN_WARPS
-  // The warp path (perf log v45): each warp owns 8 positions of every chunk, end to end on the CUDA cores. Lane
-  // (position sj = lane / 4, head sg = lane % 4) scores one position for one head; the warp's online softmax runs in
-  // registers (three shuffles per reduction); lane (head og, dims od0 .. od0 + 7) accumulates o from the staged V
-  // rows. Two block barriers per chunk (rows landed, buffer free) instead of five, and the warps' (m, l, o) are
-  // combined once per tile. The chunk loop's five steps took ~4.3 us per 128 positions at 16K (timing build,
-  // TILES_ATTN_PROFILE: scores 1.0, softmax 0.8, o partials 1.4, combine 0.6 us) against ~1.1 us of bytes.
+  // The warp path: each warp owns 8 positions of every chunk, end to end. Its scores and o update run on the tensor
+  // cores (ldmatrix + mma.m16n8k16 / m16n8k8, q and the probabilities as hi + lo bf16 halves); the warp's online
+  // softmax runs in registers (two shuffles per reduction). Two block barriers per chunk (rows landed, buffer free)
+  // instead of five, and the warps' (m, l, o) are combined once per tile. The five-step loop took ~4.3 us per 128
+  // positions at 16K (scores 1.0, softmax 0.8, o partials 1.4, combine 0.6 us) against ~1.1 us of bytes.
   // Shapes: attn_warps_fit (decode_kernel.h): G <= 4 and hd 64 (Llama-3.2-1B, SmolLM2).
-  constexpr bool warp_ok = kWarpPath;  // attn_warps_fit (decode_kernel.h): attn_tile picks the instantiation
-#if TILES_ATTN_TC
-  // v63: fragment row fr (head; for the K / V tiles a position) and column pair ft. Lanes of rows >= G compute on
-  // zero q and are never stored.
+  constexpr bool warp_ok = kWarpPath;  // attn_warps_fit (decode_kernel.h): the launch picks the kernel
+  // Fragment row fr (head; for the K / V tiles a position) and column pair ft. Lanes of rows >= G compute on zero q
+  // and are never stored.
   const int fr = lane >> 2, ft = lane & 3;
-  float wm = -INFINITY, wl = 0.f;  // this warp's running max and sum for head fr
   // Its o for head fr, dims 8n + 2ft, + 1, goes to opart as [warp][n][lane < 4G] float2 (attn_tc_oidx), so that the
-  // 4G lanes' float2 of one n are contiguous (the [warp][G][hd] layout put the heads' rows on the same banks: 4
-  // wavefronts per access). The flag variant keeps it there across the chunk loop (a load and a store per n and
-  // chunk); the counter variant holds it in registers (oreg, v65) and stores it once, before the combine.
+  // 4G lanes' float2 of one n are contiguous (a [warp][G][hd] layout puts the heads' rows on the same banks: 4
+  // wavefronts per access). The flag kernel keeps it there across the chunk loop (a load and a store per n and
+  // chunk); the counter kernel holds it in registers (oreg) and stores it once, before the combine.
   float2* wop = reinterpret_cast<float2*>(opart) + warp * 8 * 4 * G + lane;
   const uint4* qfrag = reinterpret_cast<const uint4*>(sc + kWarps * 2 * G);  // written below, after qf
-#ifndef TILES_FLAGS
-  // v63e: q's fragments in registers from the tile's first chunk on (4 LDS.128 per warp and chunk fewer). Not in the
-  // flag variant: there the same code made SmolLM2 9% slower (perf log, session 26); the values are the same.
+#ifndef TILE_FLAG_HANDOFF
+  // q's fragments in registers from the tile's first chunk on (4 LDS.128 per warp and chunk fewer). Not in the flag
+  // kernel: there the same code made SmolLM2 9% slower; the values are the same.
   uint4 qreg[4];
   bool qloaded = false;
-  // v65: its o in registers across the chunk loop (with v66's combine -2.5% per token at 16K, +0.3% at prompt 32:
-  // perf log, session 27; 12 / 8 bytes of spills in the tile loop).
+  // Its o in registers across the chunk loop (with the combine's overlapped loads -2.5% per token at 16K, +0.3% at
+  // prompt 32; 12 / 8 bytes of spills in the tile loop).
   float2 oreg[8];
 #pragma unroll
   for (int n = 0; n < 8; ++n) oreg[n] = make_float2(0.f, 0.f);
 #endif
-#else
-  const int sj = lane >> 2, sg = lane & 3;                     // scores layout
-  const int og = lane / (hd / 8), od0 = (lane - og * (hd / 8)) * 8;  // o layout (og >= G: idle lane)
-  float wm = -INFINITY, wl = 0.f;  // this warp's running max and sum for head sg
-  float wo[8];                     // its o for head og, dims od0 ..
-#pragma unroll
-  for (int k = 0; k < 8; ++k) wo[k] = 0.f;
-#endif
-#endif
+  float wl = 0.f, wm = -INFINITY;  // this warp's running sum and max for head fr
   const int scs = L.chunk + 8;  // sc row stride: [G][chunk + 8] (a warp's 8 positions x 4 heads hit distinct banks)
-  // kOptAttnDoubleBuffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
+  // The double buffer: chunk c is read from buffer c % 2; chunk c+1's copies are issued before chunk c is waited
   // for. Every row is final here: rows < pos before the step, row pos after the barrier above (in the cache, and in
   // the staged first chunk when first_local).
   // One signed element offset from the current buffer to the other (smem_layout keeps vbuf2 - vbuf = kbuf2 - kbuf;
   // one register, not two pointers: the kernel is at its 128-register bound); 0 = single buffer.
-  int kv_delta = (OPT(p) & kOptAttnDoubleBuffer) && L.kbuf2 >= 0 ? (L.kbuf2 - L.kbuf) / 2 : 0;
+  int kv_delta = L.kbuf2 >= 0 ? (L.kbuf2 - L.kbuf) / 2 : 0;
   if (kv_delta != 0 && !prestaged && lo < hi)
     attn_issue_chunk(kc, vc, lo, hi - lo < L.chunk ? hi - lo : L.chunk, hd, kb, vb);
   for (int c0 = lo; c0 < hi; c0 += L.chunk) {
     const int cn = hi - c0 < L.chunk ? hi - c0 : L.chunk;
-    if (kv_delta != 0) {
-      // The next chunk goes to the other buffer, which the end-of-chunk barrier of the previous chunk freed.
-      const int n0 = c0 + L.chunk;
-      if (n0 < hi) {
-        attn_issue_chunk(kc, vc, n0, hi - n0 < L.chunk ? hi - n0 : L.chunk, hd, kb + kv_delta, vb + kv_delta);
-        ATTN_PROF(1);
-        cp_async_wait_but_last();  // this chunk's rows (this thread's); the barrier below publishes everyone's
-      } else {
-        cp_async_wait_all();
-      }
-    } else if (prestaged && c0 == lo) {
-      cp_async_wait_all();  // this thread's staged rows; the barrier below publishes everyone's
-#if TILES_TILE_TIMING && TILES_ATTN_SPLIT == 3
-      TILES_MARK(kTimePhase1);
-#endif
-    } else
-    for (int i = tid; i < cn * cpr; i += kThreads) {
-      const int j = i / cpr, c = i - j * cpr;
-      const uint4 kv = __ldcg(reinterpret_cast<const uint4*>(kc + int64_t(c0 + j) * hd) + c);
-      const uint4 vv = __ldcg(reinterpret_cast<const uint4*>(vc + int64_t(c0 + j) * hd) + c);
-      *reinterpret_cast<uint4*>(kb + j * kstride + c * 8) = kv;
-      *reinterpret_cast<uint4*>(vb + j * attn_vstride(hd) + c * 8) = vv;
-    }
-#if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
-    // After whichever path staged the first chunk (the double-buffer branch too: session 19 found the trace empty
-    // when it sat in the single-buffer branch only).
-    if (c0 == lo) {
-      const unsigned long long now = global_ns();
-      if (lane == 0) g_land[warp] = 0;
-      __syncwarp();
-      atomicMax(&g_land[warp], now);
-    }
-#endif
+    attn_stage_chunk(L, kc, vc, c0, cn, lo, hi, hd, cpr, prestaged, kv_delta, kb, vb);
     __syncthreads();
-    if (c0 == lo && TILES_ATTN_SPLIT == 0) TILES_MARK(kTimePhase1);  // ATTN "inputs": q, the new row, first chunk
-#if TILES_TILE_TIMING && defined(TILES_ATTN_LANDING)
-    if (prestaged && c0 == lo && tid == 0 && g_tile_times != nullptr && t.layer == p.h.num_layers - 1 && kvh == 0 &&
-        part == 0) {
-      const double w = double(g_tile_times[kTimeWaited]);
-      printf("ATTNLAND pos %d rows %d: start->waited %.2f us; waited->landed per warp (us):", int(pos), int(cn),
-             (w - double(g_tile_times[kTimeStart])) / 1e3);
-      for (int k = 0; k < kWarps; ++k) printf(" %.2f", (double(g_land[k]) - w) / 1e3);
-      printf("\n");
-    }
-#endif
-    ATTN_PROF(2);
-#if TILES_ATTN_WARPS
+    if (c0 == lo) TILE_MARK(kTimePhase1);  // ATTN "inputs": q, the new row, first chunk
     if (warp_ok) {
-      const int p0 = warp * 8;
-      const int nv = cn - p0 < 8 ? cn - p0 : 8;  // this warp's positions in the chunk (warp-uniform)
-      if (nv > 0) {
-#if TILES_ATTN_TC
-        // v63. Scores: D (heads x 8 positions) = q (A: head fr's hi half as row fr, its lo half as row fr + 8; 4
-        // k-steps of 16 dims) x K^T (B: the K rows by ldmatrix, tile i = dims 8i .. 8i + 7). Rows past nv hold stale
-        // K: their columns become -inf.
-#ifndef TILES_FLAGS
-        if (!qloaded) {  // after the first chunk's barrier, which published them
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) qreg[ks] = fr < G ? qfrag[ks * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
-          qloaded = true;
-        }
-#endif
-        const uint16_t* krow = kb + (p0 + (lane & 7)) * kstride + (lane >> 3) * 8;
-        // Two accumulator chains (dims halves), two MMAs deep; rows fr and fr + 8 hold the hi and lo products.
-        float dh[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // dims 32h .. 32h + 31: two k-steps per ldmatrix
-          uint32_t kf[4];
-          ldsm_x4(kf, krow + 32 * h);
-#pragma unroll
-          for (int k2 = 0; k2 < 2; ++k2) {
-#ifndef TILES_FLAGS
-            const uint4 qw = qreg[2 * h + k2];
+#ifndef TILE_FLAG_HANDOFF
+      attn_warp_chunk(c0, cn, lo, G, hd, kstride, scale, kb, vb, qfrag, wop, wm, wl, qreg, qloaded, oreg);
 #else
-            const uint4 qw = fr < G ? qfrag[(2 * h + k2) * 4 * G + lane] : make_uint4(0u, 0u, 0u, 0u);
+      attn_warp_chunk(c0, cn, lo, G, hd, kstride, scale, kb, vb, qfrag, wop, wm, wl);
 #endif
-            mma_bf16_16816(dh[h], qw.x, qw.y, qw.z, qw.w, kf[2 * k2], kf[2 * k2 + 1]);
-          }
-        }
-        const float d[2] = {(dh[0][0] + dh[0][2]) + (dh[1][0] + dh[1][2]),
-                            (dh[0][1] + dh[0][3]) + (dh[1][1] + dh[1][3])};
-        // Online softmax for head fr: its 8 positions are in the quad's lanes (2ft, 2ft + 1 each).
-        const bool in0 = 2 * ft < nv, in1 = 2 * ft + 1 < nv;
-        const float s0 = in0 ? d[0] * scale : -INFINITY, s1 = in1 ? d[1] * scale : -INFINITY;
-        float mx = fmaxf(s0, s1);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        ATTN_PROF(4);
-        const float mn = fmaxf(wm, mx);  // finite: the warp's first position is in the chunk
-        const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
-        const float e0 = in0 ? expf(s0 - mn) : 0.f, e1 = in1 ? expf(s1 - mn) : 0.f;
-        float ls = e0 + e1;
-        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
-        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
-        wl = wl * alpha + ls;
-        wm = mn;
-        ATTN_PROF(5);
-        // o = o alpha + P V: P's A fragment is the scores' D fragment (m16n8k8: k = the 8 positions), hi in row fr,
-        // lo in row fr + 8; V's B fragments by ldmatrix.trans (tile n = dims 8n .. 8n + 7). Stale V rows past nv are
-        // zeroed (0 x NaN). o starts at the tile's first chunk (its slot holds an earlier tile's values).
-        uint32_t ph, pl;
-        split_bf16x2(e0, e1, ph, pl);
-        const uint16_t* vrow = vb + (p0 + (lane & 7)) * attn_vstride(hd) + (lane >> 3) * 8;
-        const uint32_t vm = nv < 8 ? (in0 ? 0xffffu : 0u) | (in1 ? 0xffff0000u : 0u) : 0xffffffffu;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // dims 32h .. 32h + 31
-          uint32_t vf[4];
-          ldsm_x4_trans(vf, vrow + 32 * h);
-#pragma unroll
-          for (int n = 0; n < 4; ++n) {
-#ifndef TILES_FLAGS
-            float acc[4] = {oreg[4 * h + n].x * alpha, oreg[4 * h + n].y * alpha, 0.f, 0.f};
-            mma_bf16_1688(acc, ph, pl, vf[n] & vm);
-            oreg[4 * h + n] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
-#else
-            const int j = (4 * h + n) * 4 * G;
-            const float2 o = fr < G && c0 != lo ? wop[j] : make_float2(0.f, 0.f);
-            float acc[4] = {o.x * alpha, o.y * alpha, 0.f, 0.f};  // rows fr: o alpha + P_hi V; fr + 8: P_lo V
-            mma_bf16_1688(acc, ph, pl, vf[n] & vm);
-            if (fr < G) wop[j] = make_float2(acc[0] + acc[2], acc[1] + acc[3]);
-#endif
-          }
-        }
-#else
-        float sv = -INFINITY;
-        if (sj < nv && sg < G) {
-          const uint4* kr = reinterpret_cast<const uint4*>(kb + (p0 + sj) * kstride);
-          const float4* qg = reinterpret_cast<const float4*>(qf + sg * (hd + 4));
-          float acc0 = 0.f, acc1 = 0.f;
-          // The warp path's head_dim is 64 (attn_warps_fit): 8 pieces per row, fully unrolled (v46: Llama-1B ctx 32
-          // -0.3%, SmolLM2 -0.9%, ctx 4064 +0.5% against a loop of 4 per pass).
-#pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            qk_piece(kr[c], qg[2 * c], qg[2 * c + 1], acc0, acc1);
-          }
-          sv = (acc0 + acc1) * scale;
-        }
-        // Head sg's positions sit in lanes sg, sg + 4, ..., sg + 28.
-        float mx = fmaxf(sv, __shfl_xor_sync(0xffffffffu, sv, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        ATTN_PROF(4);  // the warp path's sub-steps (thread 0, warp 0): 4 scores, 5 softmax, 7 o, 3 the end barrier
-        const float mn = fmaxf(wm, mx);  // finite for a live head: the warp's first position is in the chunk
-        const float alpha = wm == -INFINITY ? 0.f : expf(wm - mn);
-        const float e = sv == -INFINITY ? 0.f : expf(sv - mn);
-        float ls = e + __shfl_xor_sync(0xffffffffu, e, 4);
-        ls += __shfl_xor_sync(0xffffffffu, ls, 8);
-        ls += __shfl_xor_sync(0xffffffffu, ls, 16);
-        wl = wl * alpha + ls;
-        wm = mn;
-        const int src = og & 3;  // lane og holds head og's alpha (scores layout, position 0)
-        const float oa = __shfl_sync(0xffffffffu, alpha, src);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) wo[k] *= oa;
-        ATTN_PROF(5);
-        // The warp's 8 positions unrolled (v46), so the shuffles and V loads of several positions overlap; a position
-        // past nv adds nothing: its probability is 0 and its V row (possibly stale) is not read.
-#pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-          const float pj = __shfl_sync(0xffffffffu, e, jj * 4 + src);
-          const uint4 v8 = jj < nv ? *reinterpret_cast<const uint4*>(vb + (p0 + jj) * attn_vstride(hd) + od0)
-                                   : make_uint4(0u, 0u, 0u, 0u);
-          const uint32_t vw[4] = {v8.x, v8.y, v8.z, v8.w};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            wo[2 * k] = fmaf(pj, __uint_as_float(vw[k] << 16), wo[2 * k]);
-            wo[2 * k + 1] = fmaf(pj, __uint_as_float(vw[k] & 0xffff0000u), wo[2 * k + 1]);
-          }
-        }
-#endif
-      }
-      ATTN_PROF(7);
       __syncthreads();  // every warp is done with this buffer: it may receive chunk c+2
-      ATTN_PROF(3);
     } else {
-#endif
-    // Scores: one (position, head) per thread.
-    for (int i = tid; i < cn * G; i += kThreads) {
-      const int j = i / G, g = i - j * G;
-      const uint4* kr = reinterpret_cast<const uint4*>(kb + j * kstride);
-      // q as float4 from rows padded to hd + 4 floats: the G heads a warp reads are in different banks (unpadded,
-      // every head's element sat in the same bank: a G-way conflict on each of the hd scalar loads per score).
-      const float4* qg = reinterpret_cast<const float4*>(qf + g * (hd + 4));
-      // Two accumulators (elements 0-3 and 4-7 of each 8): half the dependent FMA chain.
-      float acc0 = 0.f, acc1 = 0.f;
-      for (int c = 0; c < cpr; ++c) {
-        qk_piece(kr[c], qg[2 * c], qg[2 * c + 1], acc0, acc1);
-      }
-      sc[g * scs + j] = (acc0 + acc1) * scale;
+      attn_fivestep_chunk(cn, G, hd, cpr, kstride, scs, splits, kb, vb, qf, sc, ml, opart, of, scale);
     }
-    __syncthreads();
-    ATTN_PROF(3);
-    // Online softmax update: warp g owns head g.
-    if (warp < G) {
-      const int g = warp;
-      float cm = -INFINITY;
-      for (int j = lane; j < cn; j += 32) cm = fmaxf(cm, sc[g * scs + j]);
-      cm = warp_max(cm);
-      const float m_old = ml[g];
-      const float m_new = fmaxf(m_old, cm);
-      float ls = 0.f;
-      for (int j = lane; j < cn; j += 32) {
-        const float e = expf(sc[g * scs + j] - m_new);
-        sc[g * scs + j] = e;
-        ls += e;
-      }
-      ls = warp_sum(ls);
-      __syncwarp();  // every lane has read ml[g] (m_old) before lane 0 overwrites it (racecheck, 2026-11-30)
-      if (lane == 0) {
-        const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
-        ml[2 * G + g] = alpha;
-        ml[G + g] = ml[G + g] * alpha + ls;
-        ml[g] = m_new;
-      }
-    }
-    __syncthreads();
-    ATTN_PROF(4);
-    // o partials: thread (split, g, 8 dims) sums positions split, split + splits, ... with one 16-byte V read per
-    // position into eight accumulators (one per dim), stored in a fixed order. Per-element 2-byte reads cost 8x the
-    // shared-memory wavefronts (perf log v29: the attention -9% at 16K positions).
-    // A short chunk takes fewer splits (at least 8 positions each), so that the combine below stays short: at
-    // 32 positions, 16 splits of 2 cost 0.7% per token (perf log v29).
-    int nsp = cn >= 8 * splits ? splits : (cn >= 16 ? cn / 8 : 1);
-    {
-      const int d8n = hd / 8, ngd = G * d8n;
-      for (int i = tid; i < nsp * ngd; i += kThreads) {
-        const int sp = i / ngd, gd = i - sp * ngd;
-        const int g = gd / d8n, d0 = (gd - g * d8n) * 8;
-        const float* sg = sc + g * scs;
-        float a[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) a[k] = 0.f;
-        for (int j = sp; j < cn; j += nsp) {
-          const float pj = sg[j];
-          const uint4 v8 = *reinterpret_cast<const uint4*>(vb + j * attn_vstride(hd) + d0);
-          const uint32_t vw[4] = {v8.x, v8.y, v8.z, v8.w};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            a[2 * k] = fmaf(pj, __uint_as_float(vw[k] << 16), a[2 * k]);
-            a[2 * k + 1] = fmaf(pj, __uint_as_float(vw[k] & 0xffff0000u), a[2 * k + 1]);
-          }
-        }
-        float4* op = reinterpret_cast<float4*>(opart + sp * G * hd + g * hd + d0);
-        op[0] = make_float4(a[0], a[1], a[2], a[3]);
-        op[1] = make_float4(a[4], a[5], a[6], a[7]);
-      }
-    }
-    __syncthreads();
-    ATTN_PROF(5);
-    for (int i = tid; i < G * hd; i += kThreads) {
-      const int g = i / hd;
-      float acc = of[i] * ml[2 * G + g];
-      for (int sp = 0; sp < nsp; ++sp) acc += opart[sp * G * hd + i];
-      of[i] = acc;
-    }
-    __syncthreads();
-    ATTN_PROF(6);
-#if TILES_ATTN_WARPS
-    }
-#endif
     if (kv_delta != 0) {  // the buffer just read receives chunk c+2
       kb += kv_delta;
       vb += kv_delta;
       kv_delta = -kv_delta;
     }
   }
-#if TILES_ATTN_WARPS
-  if (warp_ok) {
-    // The warps' states (o in opart, (m, l) in sc), then one log-sum-exp combine in warp order (fixed: bit-identical
-    // runs) into of / ml, the layout MERGE and the partial's store read. Warps past the first chunk's span never
-    // held a position (their m is -inf): the combine leaves them out.
-    const int wused = attn_warps_used(lo, hi, L.chunk);
-    if (warp < wused) {
-#if TILES_ATTN_TC
-      if (fr < G && ft == 0) {  // (the flag variant's o is in opart already)
-        sc[(warp * G + fr) * 2] = wm;
-        sc[(warp * G + fr) * 2 + 1] = wl;
-      }
-#ifndef TILES_FLAGS
-      if (fr < G) {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) wop[n * 4 * G] = oreg[n];
-      }
-#endif
+#ifndef TILE_FLAG_HANDOFF
+  if (warp_ok) attn_warps_end(lo, hi, L.chunk, G, hd, fr, ft, sc, opart, of, ml, wop, wm, wl, oreg);
 #else
-      if (og < G) {
-        float4* op = reinterpret_cast<float4*>(opart + (warp * G + og) * hd + od0);
-        op[0] = make_float4(wo[0], wo[1], wo[2], wo[3]);
-        op[1] = make_float4(wo[4], wo[5], wo[6], wo[7]);
-      }
-      if (sj == 0 && sg < G) {
-        sc[(warp * G + sg) * 2] = wm;
-        sc[(warp * G + sg) * 2 + 1] = wl;
-      }
+  if (warp_ok) attn_warps_end(lo, hi, L.chunk, G, hd, fr, ft, sc, opart, of, ml, wop, wm, wl);
 #endif
-    }
-    __syncthreads();
-    attn_combine_warps(sc, opart, G, hd, wused, of, ml);
-    __syncthreads();
-    ATTN_PROF(6);
-  }
-#endif
-  TILES_MARK(kTimePhase2);
-#if defined(TILES_ATTN_PROFILE) && TILES_TILE_TIMING
-  // Workers 0, 33, 66, 99 and every partition-0 tile (at short context those sit on the workers without qkv). The
-  // warp path's sub-steps reuse slots 3-5 (3: its end-of-chunk barrier) and add 7; the names printed say which.
-  if (threadIdx.x == 0 && t.layer == p.h.num_layers - 1 && ((blockIdx.x % 33) == 0 || part == 0)) {
-    if (kWarpPath)
-      printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu endbar %llu scores %llu "
-             "softmax %llu combine %llu o %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1],
-             prof_[2], prof_[3], prof_[4], prof_[5], prof_[6], prof_[7]);
-    else
-      printf("ATTNPROF w %d kvh %d part %d pos %d lo %d hi %d: pro %llu issue %llu wait %llu scores %llu softmax %llu "
-             "opart %llu combine %llu\n", int(blockIdx.x), kvh, part, int(pos), lo, hi, prof_[0], prof_[1], prof_[2],
-             prof_[3], prof_[4], prof_[5], prof_[6]);
-  }
-#endif
-  if ((OPT(p) & kOptLocalMerge) && t.out_offset == 1 && part == 0 && hi >= pos + 1) return true;
-  float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
-  for (int i = tid; i < G * (hd + 2); i += kThreads) {
-    const int g = i / (hd + 2), k = i - g * (hd + 2);
-    const int64_t base = (int64_t(kvh * P + part) * G + g) * (hd + 2);
-    put_f32(out, base + k, k == 0 ? ml[g] : (k == 1 ? ml[G + g] : of[g * hd + (k - 2)]), epoch);
-  }
+  TILE_MARK(kTimePhase2);
+  if (t.out_offset == 1 && part == 0 && hi >= pos + 1) return true;
+  attn_store_partial(p, t, kvh, part, P, G, hd, ml, of, epoch);
   return false;
 }
 
-// attn_tile_body's instantiation for this shape. The default variants compile the warp path alone: inlined beside
-// it, the five-step loop's ~1000 instructions cost Llama-1B +24% per token, and out of line (its Tile and layout
-// passed through the stack) 320 bytes of stack and 72 / 120 bytes of spills in the kernel (perf log v45).
-// launch_decode runs a shape the warp path does not take (attn_warps_fit) on the runtime-options kernel, which has
-// both and picks by shape: the same bits as the default variant for every shape that runs there.
+// attn_tile_body for the kernel's attention: the warp path (kWarpAttention) or the five-step loop, never both in one
+// kernel. Inlined beside the warp path, the five-step loop's ~1000 instructions cost Llama-1B +24% per token, and
+// out of line (its Tile and layout passed through the stack) 320 bytes of stack and 72 / 120 bytes of spills.
+template <bool kWarpAttention>
 __device__ __forceinline__ bool attn_tile(const KernelParams& p, const Tile& t, int64_t pos, uint8_t* smem,
                                           const SmemLayout& L, bool prestaged, uint32_t epoch) {
-#if TILES_ATTN_WARPS && defined(TILES_DEFAULT_VARIANT)
-  return attn_tile_body<true>(p, t, pos, smem, L, prestaged, epoch);
-#else
-  if (attn_warps_fit(p.h)) return attn_tile_body<true>(p, t, pos, smem, L, prestaged, epoch);
-  return attn_tile_body<false>(p, t, pos, smem, L, prestaged, epoch);
-#endif
+  return attn_tile_body<kWarpAttention>(p, t, pos, smem, L, prestaged, epoch);
 }
-

@@ -1,6 +1,6 @@
-// Small device helpers: bf16 conversions, PTX wrappers (loads, cp.async, mbarriers, bulk copies), warp and block
-// reductions. Part of the decode kernel: decode_kernel.cu includes it inside its anonymous namespace (tiles::cuda),
-// after kernel_config.cuh.
+// Small device helpers: bf16 conversions, PTX wrappers (loads, cp.async, ldmatrix, mma), warp and block reductions.
+// Part of the decode kernel: decode_kernel.cuh includes it inside its anonymous namespace (tiles::cuda), after
+// kernel_config.cuh.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -38,10 +38,6 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
@@ -49,72 +45,12 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// All but this thread's most recent commit group (kOptAttnDoubleBuffer: the next chunk stays in flight).
+// All but this thread's most recent commit group (the attention's double buffer: the next chunk stays in flight).
 __device__ __forceinline__ void cp_async_wait_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
-// kOptBulkStage: mbarrier + 1-D bulk copy (TMA engine). Shared-memory addresses are 32-bit shared::cta addresses
-// (a CTA's own shared::cta address is a valid shared::cluster address; the kernel is launched without clusters).
+// The 32-bit shared::cta address of a shared-memory pointer (ldmatrix's operand).
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-// kOptStream's release counter (shared memory, CTA scope). The warp that prepares a fill publishes it with a
-// release add; the one that issues it acquires with a fence after its (relaxed) add. An acq_rel add compiles to
-// MEMBAR.ALL.CTA + ATOMS: every warp's release would pay the fence, so only these two do.
-__device__ __forceinline__ uint32_t atom_add_relaxed_cta(uint32_t* a, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.relaxed.cta.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(smem_addr(a)), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ uint32_t atom_add_release_cta(uint32_t* a, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.release.cta.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(smem_addr(a)), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ void fence_acquire_cta() { asm volatile("fence.acq_rel.cta;" ::: "memory"); }
-
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-      "selp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(ok)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-
-// Generic-proxy accesses of this thread to shared memory before the async-proxy (bulk copy) writes after it.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// kOptStream probe 4: the same copy with an L2 evict_first policy (weights are read once per token).
-__device__ __forceinline__ void bulk_copy_g2s_evict_first(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
-      : "memory");
 }
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
@@ -128,7 +64,6 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
-#if TILES_ATTN_TC
 // d += A * B on the tensor cores: one m16n8k16 tile, bf16 inputs, fp32 accumulators. PTX fragments (lane = 4r + t):
 // A rows r (a0, a2) and r + 8 (a1, a3), columns 2t, 2t + 1 (a0, a1) and + 8 (a2, a3); B rows (k) 2t, 2t + 1 (b0) and
 // + 8 (b1), column r; d rows r (d0, d1) and r + 8 (d2, d3), columns 2t, 2t + 1.
@@ -147,10 +82,11 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   lo = uint32_t(f2bf(x0 - bf2f(h0))) | (uint32_t(f2bf(x1 - bf2f(h1))) << 16);
 }
 
-// v63's fragments (PTX mma.m16n8k16 / m16n8k8, lane = 4r + t). ldmatrix: lane l gives the address of row l % 8 of
-// 8x8 bf16 tile l / 8; lane 4r + t receives, of each tile, row r's columns 2t, 2t + 1 (.trans: rows 2t, 2t + 1 of
-// column r). volatile without a "memory" clobber: it stays after the block barrier that publishes the tiles (a
-// side effect), but the o slots' loads and stores may move across it (they never alias the K / V buffers).
+// The tensor-core warp path's fragments (PTX mma.m16n8k16 / m16n8k8, lane = 4r + t). ldmatrix: lane l gives the
+// address of row l % 8 of 8x8 bf16 tile l / 8; lane 4r + t receives, of each tile, row r's columns 2t, 2t + 1 (.trans:
+// rows 2t, 2t + 1 of column r). volatile without a "memory" clobber: it stays after the block barrier that publishes
+// the tiles (a side effect), but the o slots' loads and stores may move across it (they never alias the K / V
+// buffers).
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -161,7 +97,7 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-// v63d: A's rows r and r + 8 carry the hi and the lo bf16 halves of the same operand row (q's head r, P's head r),
+// A's rows r and r + 8 carry the hi and the lo bf16 halves of the same operand row (q's head r, P's head r),
 // so one MMA does both halves and no A register is a zero: the caller adds D's rows r and r + 8.
 // m16n8k8: a0 = row r at k 2t, 2t + 1, a1 = row r + 8; b0 = B rows 2t, 2t + 1 of column r; d0, d1 = row r at
 // columns 2t, 2t + 1, d2, d3 = row r + 8.
@@ -172,9 +108,9 @@ __device__ __forceinline__ void mma_bf16_1688(float (&d)[4], uint32_t a0, uint32
 }
 // sc holds the warps' states (kWarps x G x 2 floats) and after them q's fragments (16 G uint4) in G x (chunk + 8);
 // opart ([splits = kThreads / (8 G)][G][hd] floats) the o slots, kWarps x 8 x 4G float2 (G <= 4).
-static_assert((2 * kWarps + 64) <= kAttnChunkElems / kAttnWarpsHeadDim + 8, "v63's q fragments fit in sc");
-static_assert(kWarps * 8 * 4 * 2 <= (kThreads / (8 * kAttnWarpsMaxGroup)) * kAttnWarpsHeadDim, "v63's o slots fit");
-#endif
+static_assert((2 * kWarps + 64) <= kAttnChunkElems / kAttnWarpsHeadDim + 8, "the warp path's q fragments fit in sc");
+static_assert(kWarps * 8 * 4 * 2 <= (kThreads / (8 * kAttnWarpsMaxGroup)) * kAttnWarpsHeadDim,
+              "the warp path's o slots fit");
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

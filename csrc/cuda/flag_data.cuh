@@ -1,9 +1,9 @@
-// Flag-in-data hand-offs (TILES_FLAGS, defined by decode_kernel_flags.cu: the flag kernel, which TileRuntime picks
-// per model; docs/perf-log.md v28, session 11): every scratch buffer element carries the step's epoch next to its
+// Flag-in-data hand-offs (TILE_FLAG_HANDOFF, defined by decode_kernel_flags*.cu: the flag kernels, which TileRuntime
+// picks per model): every scratch buffer element carries the step's epoch next to its
 // value, written by one single-copy-atomic store, and a consumer polls the data words themselves instead of a
 // counter. It removes, per dependent stage, the producer's release (block barrier + red.release: it waits for the
 // tile's stores to be acknowledged) and one of the consumer's two L2 round trips (the counter, then the inputs).
-// Included by waits.cuh (a part of decode_kernel.cu), inside the kernel's anonymous namespace.
+// Included by waits.cuh (a part of decode_kernel.cuh), inside the kernel's anonymous namespace.
 //
 // Layout: the arena is twice the plan's scratch_bytes, every byte offset doubled, so an fp32 element becomes the
 // 8-byte word {value bits, epoch} and a bf16 element the 4-byte word {value, epoch & 0xffff}. Each word has exactly
@@ -65,9 +65,7 @@ __device__ __noinline__ bool fl_gives_up(const KernelParams& p, uint64_t t0, uin
   return true;
 }
 
-// TILES_FLAG_MODE=1 (p.poll_fence in these builds): before a batch, the thread spins on its first word alone, so a
-// waiting block keeps one load per thread in flight instead of the whole batch (L2 traffic while the producers
-// stream their weights), at the price of one more round trip once that word has landed.
+// A poll's loads: relaxed, GPU scope, one width per element type.
 __device__ __forceinline__ uint64_t ld_word(const uint64_t* a) { return ld_relaxed_u64(a); }
 __device__ __forceinline__ uint32_t ld_word(const uint32_t* a) { return ld_relaxed(a); }
 __device__ __forceinline__ uint4 ld_word(const uint4* a) { return ld_relaxed_v4(a); }
@@ -76,24 +74,11 @@ __device__ __forceinline__ uint32_t word_epoch(uint64_t u) { return static_cast<
 __device__ __forceinline__ uint32_t word_epoch(uint32_t u) { return u >> 16; }
 __device__ __forceinline__ uint32_t word_epoch(const uint4& u) { return u.x >> 16; }
 
-template <typename Word, typename Ok>
-__device__ __forceinline__ void fl_gate(const KernelParams& p, const Word* a, uint32_t epoch, Ok ok) {
-  if (p.poll_fence != 1) return;
-  if (ok(ld_word(a))) return;
-  const uint64_t t0 = global_ns();
-  for (uint32_t iter = 1;; ++iter) {
-    if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
-    if (ok(ld_word(a))) return;
-    if ((iter & 15u) == 0u && fl_gives_up(p, t0, word_epoch(ld_word(a)), epoch)) return;
-  }
-}
-
 // N words (idx < 0: skipped, reads `done`), all loads in flight before any check; then only the words not yet
-// carrying the epoch (ok) are re-read, p.poll_gap ns apart (0: back to back), until all do or the poll gives up.
+// carrying the epoch (ok) are re-read, back to back, until all do or the poll gives up.
 template <int N, typename Word, typename Ok>
 __device__ __forceinline__ void fl_poll(const KernelParams& p, const Word* w, const int64_t (&idx)[N], Word done,
                                         uint32_t epoch, Ok ok, Word (&v)[N]) {
-  if (idx[0] >= 0) fl_gate(p, w + idx[0], epoch, ok);
 #pragma unroll
   for (int k = 0; k < N; ++k) v[k] = idx[k] >= 0 ? ld_word(w + idx[k]) : done;
   bool all = true;
@@ -102,7 +87,6 @@ __device__ __forceinline__ void fl_poll(const KernelParams& p, const Word* w, co
   if (all) return;
   const uint64_t t0 = global_ns();
   for (uint32_t iter = 1; !all; ++iter) {
-    if (p.poll_gap > 0) __nanosleep(static_cast<uint32_t>(p.poll_gap));
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (!ok(v[k])) v[k] = ld_word(w + idx[k]);

@@ -2,7 +2,7 @@
 // Shared by the decode kernel (device_helpers.cuh includes it inside its namespace) and the benchmark's read sweep
 // (read_sweep.cu), so that the floor is measured with the kernel's own instruction. No includes: it compiles in
 // whichever namespace includes it. Its signature is part of the kernel's code generation (a const void* parameter
-// changed the default variant's SASS: perf log, session 29).
+// changes the counter kernel's SASS).
 #pragma once
 
 __device__ __forceinline__ uint4 ld_weight(const uint16_t* p) {

@@ -1,17 +1,17 @@
 // Matvec tiles (QKV, RESID, GATEUP, LMHEAD): the input vector into shared memory, the staged first batch, the weight
-// loop and its epilogue. Part of the decode kernel: decode_kernel.cu includes it inside its anonymous namespace
-// (tiles::cuda), after prefetch.cuh.
+// loop and its epilogue. Part of the decode kernel: decode_kernel.cuh includes it inside its anonymous namespace
+// (tiles::cuda), after waits.cuh.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------------------
 // Input vectors of matvec tiles (into shared memory, bf16)
 // ---------------------------------------------------------------------------------------------------------------
 // h = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w): HF's RMSNorm order, fp32 residual in, bf16 out.
-// `epoch`: the step's (TILES_FLAGS builds poll x's words until they carry it).
-// RMSNorm for vectors longer than kThreads * kNormRegs (or without kOptNormRegs): two reads of x. Out of line: no
-// supported model of the default set takes it, and inlined it sat between the hot blocks (perf log v36).
-__device__ TILES_OUTLINE void rmsnorm_general(const KernelParams& p, const float* x, const uint16_t* w, int n,
-                                             uint16_t* h, float* red, uint32_t epoch) {
+// `epoch`: the step's (flag builds poll x's words until they carry it).
+// RMSNorm for vectors longer than kThreads * kNormRegs: two reads of x. Out of line: no served model takes it, and
+// inlined it sat between the hot blocks of the tile loop.
+__device__ __noinline__ void rmsnorm_general(const KernelParams& p, const float* x, const uint16_t* w, int n,
+                                           uint16_t* h, float* red, uint32_t epoch) {
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const float v = get_f32(p, x, i, epoch);
@@ -28,10 +28,10 @@ __device__ TILES_OUTLINE void rmsnorm_general(const KernelParams& p, const float
 
 __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uint16_t* w, int n, uint16_t* h,
                                 float* red, uint32_t epoch) {
-  if ((kFlags || (OPT(p) & kOptNormRegs)) && n <= kThreads * kNormRegs) {
+  if (n <= kThreads * kNormRegs) {
     // One read of x (and w) into registers: one L2 round trip instead of two. Same order of operations.
     float xv[kNormRegs], wv[kNormRegs];
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
     {
       int64_t idx[kNormRegs];
 #pragma unroll
@@ -68,7 +68,7 @@ __device__ void rmsnorm_to_smem(const KernelParams& p, const float* x, const uin
 __device__ void copy_bf16_to_smem(const KernelParams& p, const uint16_t* src, int n, uint16_t* h, uint32_t epoch) {
   const int chunks = n / 8;  // n % 8 == 0 (checked on the host)
   uint4* d = reinterpret_cast<uint4*>(h);
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
   // Four chunks per thread in flight at once (a loop of single polls would pay one round trip per chunk).
   for (int i0 = threadIdx.x; i0 < chunks; i0 += 4 * kThreads) {
     int32_t c[4];
@@ -97,13 +97,13 @@ struct MatvecOut {
   int op;
   int32_t row_begin, row_end, out_offset;
   uint16_t* out_bf16;   // QKV, GATEUP
-  float* out_f32;       // RESID; LMHEAD: the tile's rows [row - row_begin] in shared memory too, or null (v54)
+  float* out_f32;       // RESID; LMHEAD: the tile's rows [row - row_begin] in shared memory too, or null
   const float* resid;   // RESID in2
-  const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory (kOptResidSmem) or null
+  const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory, or null
   float* logits;        // LMHEAD row of this step
-  uint32_t epoch;       // the step's (flagged stores and reads of TILES_FLAGS builds)
-#ifdef TILES_FLAGS
-  const KernelParams* params;  // for the polls of RESID's residual rows without kOptResidSmem
+  uint32_t epoch;       // the step's (flagged stores and reads of flag builds)
+#ifdef TILE_FLAG_HANDOFF
+  const KernelParams* params;  // for the polls of RESID's residual rows read from the scratch
 #endif
 };
 
@@ -122,7 +122,7 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
         put_f32(o.out_f32, i0, o.resid_smem[r - o.row_begin] + a0, o.epoch);
         if (r + 1 < o.row_end) put_f32(o.out_f32, i0 + 1, o.resid_smem[r + 1 - o.row_begin] + a1, o.epoch);
       } else {
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
         const int64_t idx[2] = {i0, r + 1 < o.row_end ? i0 + 1 : -1};
         float rv[2];
         fl_read_f32<2>(*o.params, o.resid, idx, o.epoch, rv);
@@ -157,8 +157,8 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
 }
 
 // floor(a / b) for 0 <= a < 2^16 and 1 <= b <= 64 in four instructions (I2F, FADD, MUFU.RCP, FMUL, F2I) instead of
-// the ~20-instruction dependent sequence of a 32-bit integer division by a runtime value (perf log v25: two of them
-// per matvec item on the critical path). (a + 0.5) / b lies at least 0.5 / b from an integer, and rcp.approx errs by
+// the ~20-instruction dependent sequence of a 32-bit integer division by a runtime value (two of them per matvec item
+// on the critical path). (a + 0.5) / b lies at least 0.5 / b from an integer, and rcp.approx errs by
 // at most one ulp; tests/test_fast_div.py checks the whole domain with the reciprocal one ulp off either way.
 __device__ __forceinline__ int32_t div_small(int32_t a, int32_t b) {
   float r;
@@ -248,7 +248,7 @@ __device__ __forceinline__ void ksplit_sum(const MatvecShape& m, const float* re
   }
 }
 
-// kOptStageWeights: before the tile waits, each warp copies the first batch of its first item into its stage
+// Before the tile waits, each warp copies the first batch of its first item into its stage
 // (cp.async, asynchronous): weights never depend on activations, so they stream while the inputs are produced.
 // Each lane later reads back exactly the 16-byte chunks it copied itself (no cross-lane hand-off).
 __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage) {
@@ -268,7 +268,7 @@ __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t*
       }
     }
   }
-  // Every thread commits one group per staged tile, possibly empty: kOptStageAhead's wait_group 1 counts on it.
+  // Every thread commits one group per staged tile, possibly empty.
   cp_async_commit();
 }
 
@@ -276,81 +276,83 @@ __device__ __forceinline__ bool op_is_matvec(int32_t op) {
   return op == kOpQkv || op == kOpResid || op == kOpGateup || op == kOpLmhead;
 }
 
-// kOptBulkStage state, per warp (every lane of a warp holds the same values; registers of the kernel's loop).
-// Each warp owns one stage region (kStageBytesPerWarp: its first batch, row A then row B, the chunks in the order
-// the matvec's lanes read them) and one mbarrier. The barrier completes one phase per armed batch; `phase` is the
-// parity of the next completion. A batch is armed for one local tile index and consumed (waited for) exactly once
-// before the region is re-armed or the block exits.
-struct BulkCtx {
-  uint8_t* stage;        // all warps' regions: stage + warp * kStageBytesPerWarp
-  uint64_t* bars;        // [kWarps]
-  uint32_t phase;
-  int32_t armed;         // local tile index whose batch is staged / in flight in this warp's region, -1 none
-  int32_t k;             // local index of the running tile
-  int32_t k2;            // local index of the worker's next matvec tile in this step, -1 none
-  const int32_t* rec2;   // its local plan record (kOptPlanSmem) or null
-  int32_t tile2;         // its plan tile index (blob read when rec2 is null)
-};
 
-// Lane 0: issues this warp's first batch of tile t (the same item and chunks as stage_first_batch) as at most two
-// 1-D bulk copies completing on the warp's mbarrier. False when the warp has no item in t (nothing armed).
-__device__ bool bulk_issue_lane0(const KernelParams& p, const Tile& t, uint8_t* stage, uint64_t* bars) {
-  const int warp = threadIdx.x >> 5;
-  const int32_t cols = weight_cols(p, t.weight);
-  const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
-  if (warp >= m.items) return false;
-  const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
-                                    t.row_begin, t.row_end, cols, warp);
-  int32_t n = it.c1 - it.c0;
-  if (n > 32 * kUnroll) n = 32 * kUnroll;
-  if (n < 0) n = 0;
-  const uint32_t bytes = static_cast<uint32_t>(n) * 16u;  // rows are 16-byte aligned: cols % 8 == 0 (host check)
-  uint8_t* sw = stage + warp * kStageBytesPerWarp;
-  uint64_t* bar = bars + warp;
-  mbar_arrive_expect_tx(bar, it.bvalid ? 2u * bytes : bytes);
-  if (bytes > 0) {
-    bulk_copy_g2s(sw, it.A + int64_t(it.c0) * 8, bytes, bar);
-    if (it.bvalid) bulk_copy_g2s(sw + kUnroll * 32 * 16, it.B + int64_t(it.c0) * 8, bytes, bar);
-  }
-  return true;
-}
-
-// Warp-level: waits (bounded) for the warp's armed batch, if any. After it the region may be read, or re-armed.
-__device__ void bulk_consume(const KernelParams& p, BulkCtx& bc) {
-  if (bc.armed < 0) return;
-  uint64_t* bar = bc.bars + (threadIdx.x >> 5);
-  if (!mbar_try_wait(bar, bc.phase)) {
-    const uint64_t t0 = global_ns();
-    while (!mbar_try_wait(bar, bc.phase)) {
-      if (global_ns() - t0 > p.timeout_ns) {
-        // A bulk copy that never lands (a fault would have stopped the launch): report it, stop waiting.
-        raise_error(p, kErrorWaitTimeout, blockIdx.x, bc.armed, -1, -2, bc.phase, 0u);
-        break;
+// The tile's rows times the input vector h (shared memory), emitted through `o`. `stage`: this block's first weight
+// batches, copied before the wait (stage_first_batch), or null.
+__device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h,
+                       const MatvecOut& o, float* red, const uint8_t* stage) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
+  const uint4* hv = reinterpret_cast<const uint4*>(h);
+  if (stage != nullptr) cp_async_wait_all();
+  for (int32_t item = warp; item < m.items; item += kWarps) {
+    const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
+    float a0 = 0.f, a1 = 0.f;
+    // With a cp.async-staged first batch the weight registers take the item's NEXT batch while the staged one is
+    // computed straight from shared memory.
+    uint4 wa[kUnroll], wb[kUnroll];
+    bool preloaded = false;
+    for (int32_t base = it.c0; base < it.c1; base += 32 * kUnroll) {
+      const bool staged = stage != nullptr && item == warp && base == it.c0;
+      if (kPreloadNext && staged) {
+        // The item's next batch is issued before the staged batch's arithmetic. That arithmetic takes 16 warps
+        // ~0.5 us of issue, and the SM's weight stream used to start only after it. Within the item only: a preload
+        // across items keeps the registers live through the warp sums and stores, and the kernel spills. Same
+        // chunks, same fmaf order: bit-identical.
+        const int32_t nbase = base + 32 * kUnroll;
+        if (nbase < it.c1) {
+          load_batch(it, nbase, lane, wa, wb);
+          preloaded = true;
+        }
+        const uint8_t* sw = stage + warp * kStageBytesPerWarp;
+        // One chunk at a time: the preloads hold kUnroll x 2 registers of 16 bytes already (unrolled, the kernel
+        // spills).
+#pragma unroll 1
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t c = base + u * 32 + lane;
+          if (c < it.c1) {
+            const uint4 x = hv[c];
+            a0 = dot8(*reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16), x, a0);
+            a1 = dot8(it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                : make_uint4(0, 0, 0, 0), x, a1);
+          }
+        }
+      } else {
+        if (staged) {
+          const uint8_t* sw = stage + warp * kStageBytesPerWarp;
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const bool in = base + u * 32 + lane < it.c1;
+            wa[u] = in ? *reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16) : make_uint4(0, 0, 0, 0);
+            wb[u] = in && it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                    : make_uint4(0, 0, 0, 0);
+          }
+        } else if (preloaded) {
+          preloaded = false;  // this batch's loads were issued before the staged batch's arithmetic
+        } else {
+          load_batch(it, base, lane, wa, wb);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t c = base + u * 32 + lane;
+          if (c < it.c1) {
+            const uint4 x = hv[c];
+            a0 = dot8(wa[u], x, a0);
+            a1 = dot8(wb[u], x, a1);
+          }
+        }
+      }
+    }
+    a0 = warp_sum(a0);
+    a1 = warp_sum(a1);
+    if (lane == 0) {
+      if (m.ksplit == 1) {
+        emit(o, it.unit, a0, a1);
+      } else {
+        red[2 * item] = a0;
+        red[2 * item + 1] = a1;
       }
     }
   }
-  bc.phase ^= 1u;
-  bc.armed = -1;
+  ksplit_sum(m, red, o);
 }
-
-// Warp-level: arms the warp's region with tile t's first batch (local index kk). The region must be free (consumed).
-// The __syncwarp + proxy fence order the lanes' earlier generic reads of the region before the copy engine's writes.
-__device__ void bulk_arm(const KernelParams& p, BulkCtx& bc, const Tile& t, int32_t kk) {
-  __syncwarp();
-  int a = 0;
-  if ((threadIdx.x & 31) == 0) {
-    fence_proxy_async_smem();
-    a = bulk_issue_lane0(p, t, bc.stage, bc.bars) ? 1 : 0;
-  }
-  a = __shfl_sync(0xffffffffu, a, 0);
-  bc.armed = a ? kk : -1;
-}
-
-// Warp-level, once the warp no longer needs its region for the running tile: stage the next matvec tile's batch.
-__device__ void bulk_next(const KernelParams& p, BulkCtx& bc) {
-  bulk_consume(p, bc);  // a batch armed but never read (an item with an empty slice) still completes first
-  if (bc.k2 < 0) return;
-  const Tile t2 = bc.rec2 != nullptr ? load_tile_rec(bc.rec2) : load_tile(p, bc.tile2);
-  bulk_arm(p, bc, t2, bc.k2);
-}
-

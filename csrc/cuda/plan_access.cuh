@@ -1,5 +1,5 @@
 // Plan access: tile and wait records, buffer and counter pointers, the KernelParams views the tiles use. Part of the
-// decode kernel: decode_kernel.cu includes it inside its anonymous namespace (tiles::cuda), after device_helpers.cuh.
+// decode kernel: decode_kernel.cuh includes it inside its anonymous namespace (tiles::cuda), after device_helpers.cuh.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -14,21 +14,19 @@ __device__ __forceinline__ Tile load_tile(const KernelParams& p, int32_t i) {
   return t;
 }
 
-// kOptPlanSmem: these read the tables copied to shared memory at kernel start. Why: every ld.acquire of a wait
+// These read the tables copied to shared memory at kernel start (load_plan_smem). Why: every ld.acquire of a wait
 // invalidates L1, so each plan word read after a wait is an L2 round trip on the stage's critical path.
-// TILES_FLAGS builds: every offset doubled (each element carries its epoch; flag_data.cuh).
+// Flag builds: every offset doubled (each element carries its epoch; flag_data.cuh).
 __device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b) {
-  const int64_t off = (OPT(p) & kOptPlanSmem) ? reinterpret_cast<const int32_t*>(g_smem)[b]
-                                              : __ldg(p.plan + p.h.buffers_offset + b * kBufferWords);
+  const int64_t off = reinterpret_cast<const int32_t*>(g_smem)[b];
   return p.scratch + (kFlags ? 2 * off : off);
 }
 
 __device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {
-  if (OPT(p) & kOptPlanSmem) return reinterpret_cast<const int32_t*>(g_smem)[p.h.num_buffers + w];
-  return __ldg(p.plan + p.h.weights_offset + w * kWeightWords + offsetof(Weight, cols) / 4);
+  return reinterpret_cast<const int32_t*>(g_smem)[p.h.num_buffers + w];
 }
 
-// Tile from a local record (kOptPlanSmem): 16-byte shared-memory reads.
+// Tile from a local record (load_plan_smem): 16-byte shared-memory reads.
 __device__ __forceinline__ Tile load_tile_rec(const int32_t* rec) {
   Tile t;
   int32_t* dst = reinterpret_cast<int32_t*>(&t);

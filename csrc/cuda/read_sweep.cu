@@ -1,10 +1,10 @@
 // The benchmark's read ceiling (tiles_ext/bench/bandwidth.py): one pass over a buffer with the decode kernel's
 // weight-load pattern, so that "% of the floor" compares the kernel with what its own kind of load reaches, not with
-// a PyTorch reduction. On an H200, torch.sum reads ~4.1-4.2 TB/s and this pattern ~4.4-4.5 (perf log, session 29), as
-// does the bulk-copy ring of scripts/stream_probe.cu: the faster reader is the honest floor.
+// a PyTorch reduction. On an H200, torch.sum reads ~4.1-4.2 TB/s and this pattern ~4.4-4.5, as does a ring of bulk
+// copies: the faster reader is the honest floor.
 //
 // Pattern: one 512-thread block per SM, each block a contiguous range, 16-byte ld.global.nc.L1::no_allocate loads,
-// 8 per lane in flight (stream_probe.cu mode 2). The sum of the 32-bit words shows that every byte was read: the
+// 8 per lane in flight. The sum of the 32-bit words shows that every byte was read: the
 // tests compare it with the CPU backend's.
 #include "cuda/read_sweep.h"
 

@@ -1,13 +1,13 @@
 // Errors and waits: the error words, bounded counter waits, the tile's release, scratch-element access (plain or
-// flagged). Part of the decode kernel: decode_kernel.cu includes it inside its anonymous namespace (tiles::cuda), after
-// plan_access.cuh.
+// flagged). Part of the decode kernel: decode_kernel.cuh includes it inside its anonymous namespace (tiles::cuda),
+// after plan_access.cuh.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors and waits
 // ---------------------------------------------------------------------------------------------------------------
-// First error wins (atomicCAS on ERROR); the winner fills in the details. (Out of line together with v36's two
-// functions it made the default variant spill 52 bytes: inlined.)
+// First error wins (atomicCAS on ERROR); the winner fills in the details. Inlined: out of line (with lmhead_partial
+// and merge_tile) it made the counter kernel spill 52 bytes.
 __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker, int32_t tile, int32_t step,
                             int32_t counter, uint32_t seen, uint32_t wanted) {
   if (atomicCAS(p.state + kStateError, 0u, static_cast<uint32_t>(code)) == 0u) {
@@ -21,15 +21,15 @@ __device__ void raise_error(const KernelParams& p, int32_t code, int32_t worker,
   }
 }
 
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
 #include "cuda/flag_data.cuh"
 #endif
 
-// Scratch-buffer element access: flagged words in TILES_FLAGS builds (flag_data.cuh, perf log v28), plain otherwise.
+// Scratch-buffer element access: flagged words in flag builds (flag_data.cuh), plain otherwise.
 // get_f32 reads an element produced in this launch (ld.cg: L2, never a stale L1 line; flagged: polled
 // until it carries `epoch`).
 __device__ __forceinline__ void put_f32(float* b, int64_t i, float v, uint32_t epoch) {
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
   st_flag_f32(b, i, v, epoch);
 #else
   b[i] = v;
@@ -37,7 +37,7 @@ __device__ __forceinline__ void put_f32(float* b, int64_t i, float v, uint32_t e
 }
 
 __device__ __forceinline__ void put_bf16(uint16_t* b, int64_t i, uint16_t v, uint32_t epoch) {
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
   st_flag_bf16(b, i, v, epoch);
 #else
   b[i] = v;
@@ -45,28 +45,11 @@ __device__ __forceinline__ void put_bf16(uint16_t* b, int64_t i, uint16_t v, uin
 }
 
 __device__ __forceinline__ float get_f32(const KernelParams& p, const float* b, int64_t i, uint32_t epoch) {
-#ifdef TILES_FLAGS
+#ifdef TILE_FLAG_HANDOFF
   return fl_get_f32(p, b, i, epoch);
 #else
   return __ldcg(b + i);
 #endif
-}
-
-// kOptPollPrefetch: thread 0's cursor over the rows of the GATEUP tile to prefetch while it polls (a: gate rows,
-// b: up rows, from the tile's first row; off advances by the piece per unsuccessful poll up to len).
-struct PollCursor {
-  const uint8_t* a;
-  const uint8_t* b;
-  int64_t off, len;
-  int32_t k;  // the GATEUP tile's index in the worker's list (-1: none)
-};
-
-__device__ __forceinline__ void poll_prefetch(const KernelParams& p, PollCursor* pc) {
-  if (pc == nullptr || pc->off >= pc->len) return;
-  const int64_t n = pc->len - pc->off < p.poll_piece ? pc->len - pc->off : p.poll_piece;
-  prefetch_l2(pc->a + pc->off, static_cast<uint32_t>(n));
-  prefetch_l2(pc->b + pc->off, static_cast<uint32_t>(n));
-  pc->off += n;
 }
 
 // A counter wait's periodic check: true when it must give up (another worker raised an error, or this wait ran
@@ -82,15 +65,14 @@ __device__ __forceinline__ bool wait_gives_up(const KernelParams& p, uint64_t t0
 }
 
 // Thread-level bounded wait until (int32)(counter - target) >= 0. False on timeout (error raised here) or when
-// another worker has raised an error (this worker must then exit). `pc`: kOptPollPrefetch's cursor or null.
+// another worker has raised an error (this worker must then exit).
 __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, int32_t worker, int32_t tile,
-                             int32_t step, PollCursor* pc = nullptr) {
+                             int32_t step) {
   const uint32_t* ctr = counter_ptr(p, c);
   uint32_t v = ld_acquire(ctr);
   if (static_cast<int32_t>(v - target) >= 0) return true;
   const uint64_t t0 = global_ns();
   for (uint32_t iter = 1;; ++iter) {
-    poll_prefetch(p, pc);  // one piece per round trip that found the counter short
     v = ld_acquire(ctr);
     if (static_cast<int32_t>(v - target) >= 0) return true;
     if ((iter & 15u) == 0u) {
@@ -100,52 +82,10 @@ __device__ bool wait_counter(const KernelParams& p, int32_t c, uint32_t target, 
   }
 }
 
-// kOptPollAhead (thread 0, after one acquire load found the counter short): three relaxed loads in flight, issued
-// p.poll_gap SM cycles apart, so the counter's change is seen about half a round trip (+ half a gap) after it
-// reaches L2 instead of a full one on average. An acquire load cannot overlap the next (its L1 invalidation waits for
-// it), hence relaxed loads; the ordering then rests on the block barrier after the wait and on every read of a
-// produced buffer going to L2 (ld.cg, cp.async.cg). p.poll_fence = 1 adds fence.acq_rel.gpu after the detection
-// (formal acquire; it also waits for the two loads still in flight). Perf log v26: gap 0 (each load re-issued as
-// soon as it is checked) is best; 256 and 512 lose.
-__device__ bool wait_counter_ahead(const KernelParams& p, int32_t c, uint32_t target, int32_t worker, int32_t tile,
-                                   int32_t step) {
-  const uint32_t* ctr = counter_ptr(p, c);
-  uint32_t v = ld_acquire(ctr);
-  if (static_cast<int32_t>(v - target) >= 0) return true;
-  const uint64_t gap = static_cast<uint64_t>(p.poll_gap);
-  auto pause = [&]() {
-    const uint64_t t = clock64();
-    while (clock64() - t < gap) {
-    }
-  };
-  uint32_t a = ld_relaxed(ctr);
-  pause();
-  uint32_t b = ld_relaxed(ctr);
-  pause();
-  uint32_t d = ld_relaxed(ctr);
-  const uint64_t t0 = global_ns();
-  for (uint32_t iter = 1;; ++iter) {
-    pause();
-    if (static_cast<int32_t>(a - target) >= 0) break;
-    a = ld_relaxed(ctr);
-    pause();
-    if (static_cast<int32_t>(b - target) >= 0) break;
-    b = ld_relaxed(ctr);
-    pause();
-    if (static_cast<int32_t>(d - target) >= 0) break;
-    d = ld_relaxed(ctr);
-    if ((iter & 15u) == 0u && wait_gives_up(p, t0, c, d, target, worker, tile, step)) return false;
-  }
-  if (p.poll_fence) __threadfence();
-  return true;
-}
-
 // Block-level: thread 0 waits for every Wait record of the tile, then the block proceeds (or all exit).
-// `rec`: the tile's local record (kOptPlanSmem) or null. One barrier (__syncthreads_and) publishes the outcome.
-// kAhead: the PollPrefetch instantiation, where kOptPollAhead may run.
-template <bool kAhead>
+// `rec`: the tile's local record (load_plan_smem) or null. One barrier (__syncthreads_and) publishes the outcome.
 __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, int32_t worker, int32_t tile,
-                          int32_t step, const int32_t* rec, PollCursor* pc = nullptr) {
+                          int32_t step, const int32_t* rec) {
   int ok = 1;
   if (threadIdx.x == 0) {
     const bool local = rec != nullptr && t.wait_count <= kPlanRecWaits;
@@ -163,22 +103,19 @@ __device__ bool wait_tile(const KernelParams& p, const Tile& t, uint32_t epoch, 
         off = __ldg(w + 2);
       }
       const uint32_t target = (epoch + static_cast<uint32_t>(off)) * static_cast<uint32_t>(count);
-      ok = (kAhead && (OPT(p) & kOptPollAhead) ? wait_counter_ahead(p, c, target, worker, tile, step)
-                                                : wait_counter(p, c, target, worker, tile, step, pc))
-               ? 1
-               : 0;
+      ok = wait_counter(p, c, target, worker, tile, step) ? 1 : 0;
     }
   }
   return __syncthreads_and(ok) != 0;
 }
 
-// All writes of the tile by all threads happen before the release increment. `also` >= 0: a second counter that
-// only advances (v44: the increment of the marked ATTN tile before a local MERGE, which published nothing that
-// the counter's waiters read), added after the release so that the release does not wait for it.
+// All writes of the tile by all threads happen before the release increment: the barrier orders them before thread
+// 0's release, which needs no fence of its own. `also` >= 0: a second counter that only advances (the increment of
+// the marked ATTN tile before a local MERGE, which published nothing that the counter's waiters read), added after
+// the release so that the release does not wait for it.
 __device__ __forceinline__ void signal_tile(const KernelParams& p, const Tile& t, int32_t also = -1) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (!(OPT(p) & kOptNoFence)) __threadfence();
     red_release_add(counter_ptr(p, t.signal), 1u);
     if (also >= 0) red_relaxed_add(counter_ptr(p, also), 1u);
   }
