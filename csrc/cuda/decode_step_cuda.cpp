@@ -25,7 +25,6 @@ namespace {
     TORCH_CHECK(err__ == cudaSuccess, "tiles::decode_step (CUDA): ", what, " failed: ", cudaGetErrorString(err__)); \
   } while (0)
 // The error report below (raise_if_error, check_previous_launch) still spells the macro's former name.
-#define TILES_CUDA_CHECK TILE_CUDA_CHECK
 
 int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
@@ -55,7 +54,7 @@ std::unordered_map<const void*, ErrorMirror>& mirrors() {
 // tiles_ext.errors.describe_error's (plan_names.h), the failing tile named from the device plan's tables.
 void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& state, const char* when) {
   int32_t w[kStateStepsDone + 1];
-  TILES_CUDA_CHECK(cudaMemcpy(w, state.data_ptr(), sizeof(w), cudaMemcpyDeviceToHost), "reading the error words");
+  TILE_CUDA_CHECK(cudaMemcpy(w, state.data_ptr(), sizeof(w), cudaMemcpyDeviceToHost), "reading the error words");
   if (w[kStateError] == kErrorOk) return;
   const int32_t tile = w[kStateErrorTile];
   const int32_t* blob = plan.data_ptr<int32_t>();
@@ -64,14 +63,14 @@ void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& s
   std::string name;
   if (named) {
     Tile t;
-    TILES_CUDA_CHECK(cudaMemcpy(&t, blob + h.tiles_offset + int64_t(tile) * kTileWords, sizeof(Tile),
+    TILE_CUDA_CHECK(cudaMemcpy(&t, blob + h.tiles_offset + int64_t(tile) * kTileWords, sizeof(Tile),
                                 cudaMemcpyDeviceToHost),
                      "reading the failing tile");
     std::vector<Weight> table(h.num_weights);
     const bool has_table = h.weights_offset >= 0 &&
                            int64_t(h.weights_offset) + int64_t(h.num_weights) * kWeightWords <= plan.numel();
     if (has_table && !table.empty()) {
-      TILES_CUDA_CHECK(cudaMemcpy(table.data(), blob + h.weights_offset, table.size() * sizeof(Weight),
+      TILE_CUDA_CHECK(cudaMemcpy(table.data(), blob + h.weights_offset, table.size() * sizeof(Weight),
                                   cudaMemcpyDeviceToHost),
                        "reading the weight table");
     }
@@ -87,7 +86,7 @@ void check_previous_launch(const at::Tensor& plan, const Header& h, const at::Te
   ErrorMirror& m = it->second;
   const cudaError_t q = cudaEventQuery(m.event);
   if (q == cudaErrorNotReady) return;
-  TILES_CUDA_CHECK(q, "querying the previous launch's error event");
+  TILE_CUDA_CHECK(q, "querying the previous launch's error event");
   if (m.host[kStateError] != kErrorOk) {
     m.pending = false;
     raise_if_error(plan, h, state, "a previous launch on this state");  // confirms with a fresh read
@@ -173,6 +172,13 @@ void check_device_and_plan(const Header& h, int dev, const DeviceInfo& di) {
   TORCH_CHECK(h.head_dim % 8 == 0 && h.head_dim <= 256 && h.hidden % 8 == 0 && h.intermediate % 8 == 0,
               "tiles::decode_step (CUDA): head_dim (", h.head_dim, "), hidden (", h.hidden, ") and intermediate (",
               h.intermediate, ") must be multiples of 8 (16-byte rows), head_dim <= 256");
+  // The kernel computes neither the QKV bias nor the per-head q/k norm yet: refuse such a plan rather than return
+  // logits without them (the CPU reference executor runs it).
+  constexpr int32_t kUnserved = (1 << kSlotQBias) | (1 << kSlotKBias) | (1 << kSlotVBias) | (1 << kSlotQNorm) |
+                                (1 << kSlotKNorm);
+  TORCH_CHECK((h.layer_slots & kUnserved) == 0, "tiles::decode_step (CUDA): this plan's layers have q/k/v biases or "
+              "per-head q/k norms (layer_slots ", h.layer_slots, "), which this build's CUDA kernel does not compute; "
+              "run the model on the CPU executor or with a build whose kernel serves them");
 }
 
 // Whether the arena has the flagged layout. Its size names it: the plan's scratch_bytes for counter hand-offs, twice
