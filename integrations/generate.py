@@ -7,62 +7,72 @@
   launch (fast_greedy.FastGreedy).
 - PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
   cache types) runs the unpatched way, with a one-time warning naming the reason.
-The model's generation_config is never modified.
+The model's generation_config is never modified. The op's bindings to the weights are checked once per call on
+the tile and fast paths (state.ensure_current), never per token.
 """
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 
 import torch
 from transformers.generation.configuration_utils import GenerationMode
 
+from tiles_ext.integrations.causal_lm import with_self
 from tiles_ext.integrations.fast_greedy import FastGreedy
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
 
-def make_generate(model, state):
-    original = state.original_generate
-    positional = [p.name for p in inspect.signature(original).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+def make_generate(signature: inspect.Signature):
+    """The patched generate: a function to bind to the instance (types.MethodType); see causal_lm.make_forward."""
+    def generate(self, *args, **kwargs):
+        return patched_generate(self, args, kwargs)
 
-    @functools.wraps(original)
-    def generate(*args, **kwargs):
-        if len(args) > len(positional):
-            return original(*args, **kwargs)  # let generate raise its own TypeError
-        kw = dict(zip(positional, args))
-        kw.update(kwargs)
-        route, reason = choose_route(model, state, kw)
-        if route == "torch":
-            state.warn_once("generate:" + reason.split(" (")[0], f"generate() with {reason}")
-            state.quiet = True
-            try:
-                return original(**kw)
-            finally:
-                state.quiet = False
-        if route == "fast":
-            kw["custom_generate"] = FastGreedy(state, kw.get("streamer"))
-        if kw.get("cache") is None and kw.get("past_key_values") is None and kw.get("cache_implementation") is None:
-            passed = kw.get("generation_config")
-            if passed is None:
-                kw["cache_implementation"] = "static"
-            elif passed.cache_implementation is None:
-                # Set it on a copy of the caller's config: a keyword beside a generation_config is deprecated.
-                passed = copy.deepcopy(passed)
-                passed.cache_implementation = "static"
-                kw["generation_config"] = passed
-        state.trusted = True
-        try:
-            out = original(**kw)
-        finally:
-            state.trusted = False
-        if state.decoder.device.type == "cuda":
-            state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
-        return out
-
+    generate.__signature__ = with_self(signature)
+    generate.__doc__ = "tiles_ext: Transformers' generate, with decode steps on torch.ops.tiles.decode_step."
     return generate
+
+
+def patched_generate(model, args, kwargs):
+    state = model._tiles
+    original = state.original(model, "generate")
+    positional = state.positional["generate"]
+    if len(args) > len(positional):
+        return original(*args, **kwargs)  # let generate raise its own TypeError
+    kw = dict(zip(positional, args))
+    kw.update(kwargs)
+    route, reason = choose_route(model, state, kw)
+    if route == "torch":
+        state.warn_once("generate:" + reason.split(" (")[0], f"generate() with {reason}")
+        state.quiet = True
+        try:
+            return original(**kw)
+        finally:
+            state.quiet = False
+    decoder = state.decoder
+    state.ensure_current(model)  # weights replaced, resized or moved since the last call: re-bind or re-plan
+    if state.decoder is not decoder:  # re-planned (e.g. for another device, whose default paths differ)
+        route, _ = choose_route(model, state, kw)
+    if route == "fast":
+        kw["custom_generate"] = FastGreedy(state, kw.get("streamer"))
+    if kw.get("cache") is None and kw.get("past_key_values") is None and kw.get("cache_implementation") is None:
+        passed = kw.get("generation_config")
+        if passed is None:
+            kw["cache_implementation"] = "static"
+        elif passed.cache_implementation is None:
+            # Set it on a copy of the caller's config: a keyword beside a generation_config is deprecated.
+            passed = copy.deepcopy(passed)
+            passed.cache_implementation = "static"
+            kw["generation_config"] = passed
+    state.trusted = True
+    try:
+        out = original(**kw)
+    finally:
+        state.trusted = False
+    if state.decoder.device.type == "cuda":
+        state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
+    return out
 
 
 def _merged_config(model, kw):
