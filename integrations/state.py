@@ -17,9 +17,9 @@ from tiles_ext.integrations.errors import UnsupportedModelError, warn_fallback
 from tiles_ext.integrations.planning import plan_for
 
 # Attributes generate() caches on the instance. Made while patched, they belong to the patched forward (a compiled
-# __call__ that traced it, a static-cache length the unpatched model never asked for): unpatch restores their
-# pre-patch state.
-GENERATE_BOOKKEEPING = ("_compiled_call", "_last_compile_config", "_previous_max_cache_length")
+# __call__ that traced it, a static cache or its length, which the unpatched model never asked for): unpatch
+# restores their pre-patch state.
+GENERATE_BOOKKEEPING = ("_compiled_call", "_last_compile_config", "_previous_max_cache_length", "_cache")
 # A compiled __call__ is a closure over one instance's __call__: a copy of the model must not inherit it.
 INSTANCE_BOUND_BOOKKEEPING = ("_compiled_call", "_last_compile_config")
 # Instance attributes patch() sets (besides the state itself): the patched methods, and the copy and pickle hooks.

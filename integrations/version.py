@@ -46,3 +46,15 @@ def cache_field() -> str:
     (past_key_values became a deprecated alias), `past_key_values` before."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
     return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def transformers_version() -> str:
+    import transformers
+    return transformers.__version__
+
+
+def static_cache_croppable() -> bool:
+    """Whether a StaticCache can be cropped (StaticLayer.crop), as assisted generation does to its assistant's
+    cache after every round."""
+    from transformers.cache_utils import StaticLayer
+    return callable(getattr(StaticLayer, "crop", None)) and bool(getattr(StaticLayer, "is_croppable", True))
