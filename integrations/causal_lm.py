@@ -136,7 +136,11 @@ def patched_forward(model, args, kwargs):
 
 
 def _delegate(model, state, args, kwargs):
-    """The model's own forward."""
+    """The model's own forward. The cache goes under the name this Transformers version expects, so that its
+    deprecation notice for the old name is never raised on Tiles' behalf."""
+    if state.cache_field != "past_key_values" and "past_key_values" in kwargs and state.cache_field not in kwargs:
+        kwargs = dict(kwargs)
+        kwargs[state.cache_field] = kwargs.pop("past_key_values")
     return state.original(model, "forward")(*args, **kwargs)
 
 

@@ -49,13 +49,14 @@ def patched_generate(model, args, kwargs):
         return original(*args, **kwargs)  # let generate raise its own TypeError
     kw = dict(zip(positional, args))
     kw.update(kwargs)
-    passed_cache = kw.get("cache")
-    if passed_cache is None:
-        passed_cache = kw.get("past_key_values")
+    if state.cache_field != "past_key_values" and kw.get("past_key_values") is not None \
+            and kw.get(state.cache_field) is None:
+        # The name this Transformers version expects: its deprecation notice is never raised on Tiles' behalf.
+        kw[state.cache_field] = kw.pop("past_key_values")
+    passed_cache = kw.get(state.cache_field)
     continued = passed_cache is not None and kv.grows(passed_cache)
     if continued:
-        name = "cache" if kw.get("cache") is not None else "past_key_values"
-        kw[name] = kv.grown(passed_cache, model.config, _positions_needed(model, kw))
+        kw[state.cache_field] = kv.grown(passed_cache, model.config, _positions_needed(model, kw))
     route, reason = choose_route(model, state, kw)
     if route == "torch":
         state.warn_once("generate:" + reason.split(" (")[0], f"generate() with {reason}")

@@ -183,3 +183,27 @@ def test_user_loop_with_mask_and_positions(tiny, ids):
             with count_op_calls() as ops:
                 model(torch.tensor([[6]]), position_ids=torch.tensor([[p + 5]]), **{CACHE: cache})
         assert ops["calls"] == 0
+
+
+def test_no_cache_name_deprecation_on_tiles_behalf(tiny, ids, monkeypatch):
+    """Transformers 5.2x renamed the cache argument (past_key_values -> cache) and reports the old name as deprecated:
+    the patched model passes the name the installed version expects, so that notice never comes from Tiles' code,
+    even when the caller used the old name."""
+    import transformers.utils.generic as generic
+    said = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda msg, *a, **k: said.append(str(msg)))
+    model = patched_copy(tiny)
+    fast = patched_copy(tiny, multi_token=True)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for m in (model, fast):
+            out = m.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+            m.generate(out.sequences, max_new_tokens=2, do_sample=False, pad_token_id=0, **{CACHE: getattr(out, CACHE)})
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        model(ids, past_key_values=cache)            # the old name, prefill (PyTorch)
+        model(torch.tensor([[5]]), past_key_values=cache)  # and a decode step (the op)
+        model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0,
+                       past_key_values=StaticCache(config=model.config, max_cache_len=16))
+    assert int(cache.get_seq_length()) == ids.shape[1] + 1
+    said += [f"{w.filename}:{w.lineno}: {w.message}" for w in record]
+    assert not [m for m in said if "deprecated" in m], said
