@@ -207,3 +207,31 @@ def test_no_cache_name_deprecation_on_tiles_behalf(tiny, ids, monkeypatch):
     assert int(cache.get_seq_length()) == ids.shape[1] + 1
     said += [f"{w.filename}:{w.lineno}: {w.message}" for w in record]
     assert not [m for m in said if "deprecated" in m], said
+
+
+@pytest.mark.parametrize("over, refused", [
+    # head_dim 32 (some small models) and 16 (Transformers' own tiny test configs): the CPU executor runs any even
+    # head_dim, the CUDA kernel is checked for 64 and 128 only, so the family serves those two.
+    (dict(head_dim=32), r"head_dim 32 \(supported: 64, 128\)"),
+    (dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128),
+     r"head_dim 16 \(supported: 64, 128\)"),
+    (dict(hidden_act="gelu"), r"hidden_act 'gelu' \(supported: 'silu': the tile executors' MLP is SiLU-gated, so "
+                              r"no model family serves 'gelu'\)"),
+])
+def test_unserved_shapes_are_refused_with_what_is_served(over, refused):
+    model = random_model(tiny_config(**over))
+    before = dict(model.__dict__)
+    with pytest.raises(UnsupportedConfig, match=refused):
+        tiles_ext.patch(model, plan_cache_dir=False)
+    # Refused: left untouched.
+    assert set(model.__dict__) == set(before) and all(model.__dict__[k] is v for k, v in before.items())
+
+
+def test_transformers_tiny_test_config_names_every_problem():
+    # The shape of LlamaModelTester's config in Transformers' own test suite: each refusal named in one message.
+    from transformers import LlamaConfig
+    config = LlamaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=37, hidden_act="gelu", max_position_embeddings=512)
+    with pytest.raises(UnsupportedConfig, match=r"head_dim 8 \(supported: 64, 128\).*hidden_act 'gelu'.*"
+                                                r"intermediate_size 37 must be multiples of 8"):
+        tiles_ext.patch(random_model(config), plan_cache_dir=False)

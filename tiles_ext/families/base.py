@@ -16,6 +16,9 @@ from tiles_ext.planner.weights import WeightLayout
 
 # RMSNorm eps when a config gives none (Transformers' Llama default).
 DEFAULT_EPS = 1e-6
+# The MLP activations the executors implement (the GATEUP tile computes silu(g) * u, planner/format.py): the same
+# for every family, so a config with another one has no family to serve it.
+MLP_ACTIVATIONS = ("silu",)
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,9 @@ def decoder_shape(r: ConfigReader, family: str, *, head_dims, rope_types, qkv_bi
     if rope_type not in rope_types:
         r.refuse(f"rope_type {rope_type!r} (supported: {', '.join(rope_types)})")
     act = r.get("hidden_act", "silu")
-    if act != "silu":
-        r.refuse(f"hidden_act {act!r} (supported: 'silu')")
+    if act not in MLP_ACTIVATIONS:
+        r.refuse(f"hidden_act {act!r} (supported: {', '.join(map(repr, MLP_ACTIVATIONS))}: the tile executors' MLP "
+                 f"is SiLU-gated, so no model family serves {act!r})")
     if hidden % 8 or intermediate % 8:
         r.refuse(f"hidden_size {hidden} and intermediate_size {intermediate} must be multiples of 8 "
                  "(16-byte weight rows)")
