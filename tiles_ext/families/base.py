@@ -27,6 +27,9 @@ DYNAMIC_ROPE_WHY = {
     "longrope": "Transformers switches from the short to the long frequency factors once a sequence passes "
                 "original_max_position_embeddings, and recomputes the cache there; the tile op keeps one RoPE table",
 }
+# The MLP activations the executors implement (the GATEUP tile computes silu(g) * u, planner/format.py): the same
+# for every family, so a config with another one has no family to serve it.
+MLP_ACTIVATIONS = ("silu",)
 
 
 @dataclass(frozen=True)
@@ -163,8 +166,9 @@ def decoder_shape(r: ConfigReader, family: str, *, head_dims, rope_types, qkv_bi
         why = (rope_why or {}).get(rope_type)
         r.refuse(f"rope_type {rope_type!r} ({why + '; ' if why else ''}supported: {', '.join(rope_types)})")
     act = r.get("hidden_act", "silu")
-    if act != "silu":
-        r.refuse(f"hidden_act {act!r} (supported: 'silu')")
+    if act not in MLP_ACTIVATIONS:
+        r.refuse(f"hidden_act {act!r} (supported: {', '.join(map(repr, MLP_ACTIVATIONS))}: the tile executors' MLP "
+                 f"is SiLU-gated, so no model family serves {act!r})")
     if hidden % 8 or intermediate % 8:
         r.refuse(f"hidden_size {hidden} and intermediate_size {intermediate} must be multiples of 8 "
                  "(16-byte weight rows)")
