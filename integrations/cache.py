@@ -103,3 +103,41 @@ def check_room(cache, steps: int) -> int:
             f"step needs {steps} more. Create it with a larger max_cache_len "
             f"(StaticCache(config=..., max_cache_len=N)), or generate fewer tokens.")
     return length
+
+
+# A StaticCache that generate() got from the tile path in place of the DynamicCache it would have made unpatched
+# carries this attribute: passed back to generate (a continuation, an assistant's next round) it grows as a
+# DynamicCache would, instead of overflowing.
+_GROWS = "_tiles_grows"
+
+
+def mark_grows(cache) -> None:
+    if isinstance(cache, StaticCache):
+        cache.__dict__[_GROWS] = True
+
+
+def grows(cache) -> bool:
+    return bool(getattr(cache, "__dict__", {}).get(_GROWS, False))
+
+
+def grown(cache, config, positions: int):
+    """`cache` if it has room for `positions` positions, else a StaticCache of at least twice its size holding the
+    same contents and length, marked to grow again (an unallocated one is replaced by an empty one)."""
+    if cache_type_problem(cache, len(cache.layers)) is not None:
+        return cache
+    if not is_initialized(cache):
+        if cache.layers[0].max_cache_len >= positions:
+            return cache
+        bigger = StaticCache(config=config, max_cache_len=positions)
+        mark_grows(bigger)
+        return bigger
+    if capacity(cache) >= positions:
+        return cache
+    bigger = StaticCache(config=config, max_cache_len=max(positions, 2 * capacity(cache)))
+    for old, new in zip(cache.layers, bigger.layers):
+        new.lazy_initialization(old.keys, old.values)
+        new.keys[:, :, :old.keys.shape[2]].copy_(old.keys)
+        new.values[:, :, :old.values.shape[2]].copy_(old.values)
+        new.cumulative_length.copy_(old.cumulative_length)
+    mark_grows(bigger)
+    return bigger

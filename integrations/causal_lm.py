@@ -6,7 +6,6 @@ forward. Its logits are fp32 [1, 1, vocab] (the op's), not rounded to bf16 as th
 """
 from __future__ import annotations
 
-import functools
 import inspect
 
 import torch
@@ -64,59 +63,85 @@ def check_model(model) -> torch.device:
     return device
 
 
-def check_weights(model, plan, weights) -> None:
-    """The op reads plain row-major bf16 matrices: refuse packed/quantized layers (e.g. GGUF kept packed)."""
+PACKED_HINT = "quantized or packed layers are not supported: load dense bf16 weights"
+# After patch(), a weight whose shape no longer matches the config was replaced without the config saying so.
+REPLACED_HINT = ("a replaced weight keeps the shape the config gives, or the config gives the new one, as "
+                 "resize_token_embeddings does")
+
+
+def check_weights(model, plan, weights, hint: str = PACKED_HINT) -> None:
+    """The op reads plain row-major bf16 matrices of the plan's shapes: refuse anything else (packed or quantized
+    layers, e.g. GGUF kept packed; after patch(), a replaced module of another shape)."""
     for i, (w, (_, _, rows, cols)) in enumerate(zip(weights, plan.weights.tolist())):
         want = (rows,) if cols == 0 else (rows, cols)
         if tuple(w.shape) != want or w.dtype != SUPPORTED_DTYPE or not w.is_contiguous():
             raise UnsupportedModelError(
                 f"weight {i} ({entry_name(plan.weights, i)}) of {type(model).__name__} is {w.dtype} "
                 f"{tuple(w.shape)}{'' if w.is_contiguous() else ' non-contiguous'}; the plan needs contiguous "
-                f"bfloat16 {want} (quantized or packed layers are not supported: load dense bf16 weights)")
+                f"bfloat16 {want} ({hint})")
 
 
-def make_forward(model, state):
-    """The patched forward, bound to this instance (installed as model.forward)."""
-    original = state.original_forward
-    decoder = state.decoder
-    cache_field = state.cache_field
-    positional = [p.name for p in inspect.signature(original).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return_dict_default = bool(getattr(model.config, "return_dict", True))
+def make_forward(signature: inspect.Signature):
+    """The patched forward: a function to bind to the instance (types.MethodType), which finds the patch state
+    through `self`, so that a copy of the model runs on its own state. It shows `signature` (the original forward's)
+    to inspect.signature, through which generate() reads which arguments the model takes."""
+    def forward(self, *args, **kwargs):
+        return patched_forward(self, args, kwargs)
 
-    @functools.wraps(original)
-    def forward(*args, **kwargs):
-        call = dict(zip(positional, args)) if args else {}
-        if call:
-            call.update(kwargs)
-        else:
-            call = kwargs
-        input_ids = call.get("input_ids")
-        if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
-            return original(*args, **kwargs)  # prefill, inputs_embeds: PyTorch
-        cache = call.get("cache")
-        if cache is None:
-            cache = call.get("past_key_values")
-        if cache is None or call.get("use_cache") is False:
-            return original(*args, **kwargs)  # no cache: not a decode step
-        problem = _decode_problem(state, decoder, input_ids, cache, call)
-        if problem is not None:
-            if problem:
-                state.warn_once(problem[0], problem[1])
-            return original(*args, **kwargs)
-        eager = not torch.compiler.is_compiling()
-        if eager:
-            length = kv.check_room(cache, 1)
-        logits = decoder.step(input_ids if input_ids.dtype == torch.long else input_ids.long(), cache)
-        if eager:
-            kv.record_length(cache, length + 1)
-        out = CausalLMOutputWithPast(logits=logits.view(1, 1, -1), **{cache_field: cache})
-        return_dict = call.get("return_dict")
-        if return_dict is None:
-            return_dict = return_dict_default
-        return out if return_dict else out.to_tuple()
-
+    forward.__signature__ = with_self(signature)
+    forward.__doc__ = ("tiles_ext: decode steps run on torch.ops.tiles.decode_step, everything else on the "
+                       "model's own forward.")
     return forward
+
+
+def with_self(signature: inspect.Signature) -> inspect.Signature:
+    """A bound method's signature as that of the function behind it (inspect drops the first parameter again)."""
+    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    return signature.replace(parameters=[this, *signature.parameters.values()])
+
+
+def patched_forward(model, args, kwargs):
+    state = model._tiles
+    call = dict(zip(state.positional["forward"], args)) if args else {}
+    if call:
+        call.update(kwargs)
+    else:
+        call = kwargs
+    input_ids = call.get("input_ids")
+    if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
+        return _delegate(model, state, args, kwargs)  # prefill, inputs_embeds: PyTorch
+    cache = call.get("cache")
+    if cache is None:
+        cache = call.get("past_key_values")
+    if cache is None or call.get("use_cache") is False:
+        return _delegate(model, state, args, kwargs)  # no cache: not a decode step
+    problem = _decode_problem(state, state.decoder, input_ids, cache, call)
+    if problem is not None:
+        if problem:
+            state.warn_once(problem[0], problem[1])
+        return _delegate(model, state, args, kwargs)
+    eager = not torch.compiler.is_compiling()
+    if eager:
+        if not state.trusted:
+            state.ensure_current(model)  # generate() checks once per call; a bare forward once per call
+        length = kv.check_room(cache, 1)
+    logits = state.decoder.step(input_ids if input_ids.dtype == torch.long else input_ids.long(), cache)
+    if eager:
+        kv.record_length(cache, length + 1)
+    out = CausalLMOutputWithPast(logits=logits.view(1, 1, -1), **{state.cache_field: cache})
+    return_dict = call.get("return_dict")
+    if return_dict is None:
+        return_dict = bool(getattr(model.config, "return_dict", True))
+    return out if return_dict else out.to_tuple()
+
+
+def _delegate(model, state, args, kwargs):
+    """The model's own forward. The cache goes under the name this Transformers version expects, so that its
+    deprecation notice for the old name is never raised on Tiles' behalf."""
+    if state.cache_field != "past_key_values" and "past_key_values" in kwargs and state.cache_field not in kwargs:
+        kwargs = dict(kwargs)
+        kwargs[state.cache_field] = kwargs.pop("past_key_values")
+    return state.original(model, "forward")(*args, **kwargs)
 
 
 def _decode_problem(state, decoder, input_ids, cache, call):

@@ -1,4 +1,9 @@
-"""TileDecoder: one patched model's plan bound to its device and weights; runs decode steps on a StaticCache."""
+"""TileDecoder: one patched model's plan bound to its device and weights; runs decode steps on a StaticCache.
+
+The plan and the runtime (plan tensor, scratch arena, state words) belong to the decoder; the weights are the model's
+own tensors, bound by `bind` and re-bound whenever they stop being the module's (bindings.Bindings). A copy of a
+patched model gets a decoder of its own (`fresh`): the same immutable plan, new scratch and state, its own weights.
+"""
 from __future__ import annotations
 
 import torch
@@ -6,6 +11,7 @@ import torch
 from tiles_ext.planner.plan import Plan
 from tiles_ext.runtime import TileRuntime, rope_tables
 from tiles_ext.integrations import cache as kv
+from tiles_ext.integrations.bindings import Bindings
 
 
 def _static(t: torch.Tensor) -> torch.Tensor:
@@ -16,19 +22,31 @@ def _static(t: torch.Tensor) -> torch.Tensor:
 
 
 class TileDecoder:
-    def __init__(self, model, plan: Plan, device: torch.device, weights):
-        """weights: the op's weights list (the model's own tensors, tiles_ext.runtime.model_weights)."""
+    def __init__(self, plan: Plan, device: torch.device, handoff: str | None = None):
         self.plan = plan
-        self.device = device
-        self.runtime = TileRuntime(plan, device)
-        self.weights = [_static(w) for w in weights]
-        inv_freq, self.rope_scale = rope_tables(model)
-        self.inv_freq = _static(inv_freq.to(device))
+        self.device = torch.device(device)
+        self.runtime = TileRuntime(plan, self.device, handoff)
         for t in (self.runtime.plan_tensor, self.runtime.scratch, self.runtime.state):
             _static(t)
         s = plan.shape
         self.num_layers, self.num_kv_heads, self.head_dim = s.num_layers, s.num_kv_heads, s.head_dim
         self.vocab = s.vocab
+        self.weights: list[torch.Tensor] = []
+        self.inv_freq: torch.Tensor | None = None
+        self.rope_scale = 1.0
+        self.bindings: Bindings | None = None   # None: not bound (a fresh copy's decoder until its first use)
+
+    def bind(self, model, weights, bindings: Bindings) -> None:
+        """weights: the op's weights list (the model's own tensors, Family.weights), already checked against the
+        plan; bindings: what they were read from."""
+        self.weights = [_static(w) for w in weights]
+        inv_freq, self.rope_scale = rope_tables(model)
+        self.inv_freq = _static(inv_freq.to(self.device))
+        self.bindings = bindings
+
+    def fresh(self) -> "TileDecoder":
+        """A decoder for a copy of the model: this plan (immutable, shared), a runtime of its own, no weights yet."""
+        return TileDecoder(self.plan, self.device, self.runtime.handoff)
 
     def cache_problem(self, cache) -> str | None:
         """Why this decoder cannot decode into `cache` (None: it can); "" while the cache is unallocated."""

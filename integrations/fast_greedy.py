@@ -57,8 +57,10 @@ class FastGreedy:
         cache = model_kwargs.get(self.state.cache_field)
         if cache is None or self.state.decoder.cache_problem(cache) not in (None, ""):
             return None
-        if kv.is_initialized(cache) or model_kwargs.get("inputs_embeds") is not None:
-            return None  # generate made this cache empty; anything else is a path _sample handles
+        if model_kwargs.get("inputs_embeds") is not None:
+            return None
+        if kv.is_initialized(cache) and kv.host_length(cache) != 0:
+            return None  # generate made this cache, or reset the one it keeps: empty; anything else _sample handles
         return max_length, eos_ids
 
     def _generate(self, model, input_ids, generation_config, streamer, max_length, eos_ids, model_kwargs):

@@ -156,8 +156,10 @@ class FastSample:
         cache = model_kwargs.get(self.state.cache_field)
         if cache is None or decoder.cache_problem(cache) not in (None, ""):
             return None
-        if kv.is_initialized(cache) or model_kwargs.get("inputs_embeds") is not None:
-            return None  # generate made this cache empty; anything else is a path _sample handles
+        if model_kwargs.get("inputs_embeds") is not None:
+            return None
+        if kv.is_initialized(cache) and kv.host_length(cache) != 0:
+            return None  # generate made this cache, or reset the one it keeps: empty; anything else _sample handles
         if decoder.device.type == "cuda" and not settings.kernel_serves():
             return None  # top_k 0 or above CAND_CAP: the kernel's candidates cannot hold the kept set
         return max_length, eos_ids, settings

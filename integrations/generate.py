@@ -2,68 +2,112 @@
 
 - tile path: decode steps run through the op, one token per step (the patched forward). A call without a cache
   gets cache_implementation="static" (generate then builds a StaticCache sized max_length - 1, the storage that
-  prefill and the op share); a user's StaticCache is used as given.
+  prefill and the op share); a user's StaticCache is used as given. The StaticCache a call got this way stands in
+  for the DynamicCache the call would have had unpatched, so it behaves like one where it is passed back: a
+  continuation (generate(..., cache=out.cache)) that needs more positions gets it grown (cache.grown).
 - fast path (multi_token): greedy and sampling calls additionally hand generate a decoding loop that runs up to 64
   tokens per launch (fast_sample.FastSample: the processors it can apply run in the op; plain greedy is
   fast_greedy.FastGreedy).
+- assistant of assisted generation: the tile path where the installed Transformers can crop a StaticCache
+  (generation rolls the assistant's cache back after every round), the PyTorch path with a one-time warning where
+  it cannot. The main model of assisted generation verifies many tokens per forward: PyTorch path.
 - PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
   cache types) runs the unpatched way, with a one-time warning naming the reason.
-The model's generation_config is never modified.
+The model's generation_config is never modified. The op's bindings to the weights are checked once per call on
+the tile and fast paths (state.ensure_current), never per token.
 """
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 
 import torch
 from transformers.generation.configuration_utils import GenerationMode
 
+from tiles_ext.integrations import cache as kv
+from tiles_ext.integrations.causal_lm import with_self
 from tiles_ext.integrations.fast_sample import FastSample
+from tiles_ext.integrations.version import static_cache_croppable, transformers_version
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
 
-def make_generate(model, state):
-    original = state.original_generate
-    positional = [p.name for p in inspect.signature(original).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+def make_generate(signature: inspect.Signature):
+    """The patched generate: a function to bind to the instance (types.MethodType); see causal_lm.make_forward."""
+    def generate(self, *args, **kwargs):
+        return patched_generate(self, args, kwargs)
 
-    @functools.wraps(original)
-    def generate(*args, **kwargs):
-        if len(args) > len(positional):
-            return original(*args, **kwargs)  # let generate raise its own TypeError
-        kw = dict(zip(positional, args))
-        kw.update(kwargs)
-        route, reason = choose_route(model, state, kw)
-        if route == "torch":
-            state.warn_once("generate:" + reason.split(" (")[0], f"generate() with {reason}")
-            state.quiet = True
-            try:
-                return original(**kw)
-            finally:
-                state.quiet = False
-        if route == "fast":
-            kw["custom_generate"] = FastSample(state, kw.get("streamer"))
-        if kw.get("cache") is None and kw.get("past_key_values") is None and kw.get("cache_implementation") is None:
-            passed = kw.get("generation_config")
-            if passed is None:
-                kw["cache_implementation"] = "static"
-            elif passed.cache_implementation is None:
-                # Set it on a copy of the caller's config: a keyword beside a generation_config is deprecated.
-                passed = copy.deepcopy(passed)
-                passed.cache_implementation = "static"
-                kw["generation_config"] = passed
-        state.trusted = True
-        try:
-            out = original(**kw)
-        finally:
-            state.trusted = False
-        if state.decoder.device.type == "cuda":
-            state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
-        return out
-
+    generate.__signature__ = with_self(signature)
+    generate.__doc__ = "tiles_ext: Transformers' generate, with decode steps on torch.ops.tiles.decode_step."
     return generate
+
+
+def patched_generate(model, args, kwargs):
+    state = model._tiles
+    original = state.original(model, "generate")
+    positional = state.positional["generate"]
+    if len(args) > len(positional):
+        return original(*args, **kwargs)  # let generate raise its own TypeError
+    kw = dict(zip(positional, args))
+    kw.update(kwargs)
+    if state.cache_field != "past_key_values" and kw.get("past_key_values") is not None \
+            and kw.get(state.cache_field) is None:
+        # The name this Transformers version expects: its deprecation notice is never raised on Tiles' behalf.
+        kw[state.cache_field] = kw.pop("past_key_values")
+    passed_cache = kw.get(state.cache_field)
+    continued = passed_cache is not None and kv.grows(passed_cache)
+    if continued:
+        kw[state.cache_field] = kv.grown(passed_cache, model.config, _positions_needed(model, kw))
+    route, reason = choose_route(model, state, kw)
+    if route == "torch":
+        state.warn_once("generate:" + reason.split(" (")[0], f"generate() with {reason}")
+        state.quiet = True
+        try:
+            return _hand_over(model, state, original(**kw), False, continued)
+        finally:
+            state.quiet = False
+    decoder = state.decoder
+    state.ensure_current(model)  # weights replaced, resized or moved since the last call: re-bind or re-plan
+    if state.decoder is not decoder:  # re-planned (e.g. for another device, whose default paths differ)
+        route, _ = choose_route(model, state, kw)
+    if route == "fast":
+        kw["custom_generate"] = FastSample(state, kw.get("streamer"))
+    made = False
+    if passed_cache is None and kw.get("cache_implementation") is None:
+        passed = kw.get("generation_config")
+        if passed is None:
+            kw["cache_implementation"] = "static"
+            made = True
+        elif passed.cache_implementation is None:
+            # Set it on a copy of the caller's config: a keyword beside a generation_config is deprecated.
+            passed = copy.deepcopy(passed)
+            passed.cache_implementation = "static"
+            kw["generation_config"] = passed
+            made = True
+    state.trusted = True
+    try:
+        out = original(**kw)
+    finally:
+        state.trusted = False
+    if state.decoder.device.type == "cuda":
+        state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
+    return _hand_over(model, state, out, made, continued)
+
+
+def _hand_over(model, state, out, made: bool, continued: bool):
+    """The StaticCache a call returns (return_dict_in_generate), made by the tile path or grown from one, is the
+    caller's, as a DynamicCache would be: marked to grow when passed back (see the module docstring), and never
+    reused by a later call."""
+    cache = None if isinstance(out, torch.Tensor) else getattr(out, state.cache_field, None)
+    if cache is None:
+        return out
+    if made or continued:
+        kv.mark_grows(cache)
+    if made and model.__dict__.get("_cache") is cache:
+        # Some Transformers versions keep the StaticCache they made on the model and reset it for the next call,
+        # which would empty the caller's cache under them: the next call makes its own.
+        del model.__dict__["_cache"]
+    return out
 
 
 def _merged_config(model, kw):
@@ -75,6 +119,15 @@ def _merged_config(model, kw):
     return config
 
 
+def _positions_needed(model, kw) -> int:
+    """An upper bound on the cache positions this call fills: its prompt plus its new tokens."""
+    config = _merged_config(model, kw)
+    prompt = max([kw[k].shape[1] for k in ("inputs", "input_ids", "inputs_embeds")
+                  if isinstance(kw.get(k), torch.Tensor) and kw[k].dim() >= 2] or [0])
+    new = config.max_new_tokens if config.max_new_tokens is not None else config.max_length
+    return prompt + int(new or 0)
+
+
 def choose_route(model, state, kw) -> tuple[str, str]:
     """("tile" | "fast" | "torch", reason for torch)."""
     if kw.get("custom_generate") is not None:
@@ -84,6 +137,10 @@ def choose_route(model, state, kw) -> tuple[str, str]:
         mode = config.get_generation_mode(kw.get("assistant_model"))
     except Exception:  # an invalid combination: generate itself raises the proper error
         return "torch", "a generation config the tile path does not recognise"
+    if getattr(config, "is_assistant", False) and not static_cache_croppable():
+        return "torch", (f"this model as the assistant of assisted generation (generation crops the assistant's "
+                         f"cache after every round, and transformers {transformers_version()} cannot crop the "
+                         f"StaticCache the tile op decodes into)")
     if mode not in TILE_MODES:
         return "torch", f"{mode.value.replace('_', ' ')} (the tile op serves greedy and sampling decoding)"
     if (config.num_return_sequences or 1) > 1:

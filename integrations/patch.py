@@ -1,19 +1,27 @@
 """tiles_ext.patch / tiles_ext.unpatch: put one model instance on the tile op, and take it off again.
 
-Only the instance changes (model.forward and model.generate become instance attributes; one attribute,
-model._tiles, holds the state); the class, other instances, the weights and model.generation_config are
-untouched. unpatch removes exactly what patch added.
+Only the instance changes: model.forward and model.generate become methods bound to it (types.MethodType), plus
+the copy and pickle hooks __deepcopy__ and __getstate__; one attribute, model._tiles, holds the state. The class,
+other instances, the weights and model.generation_config are untouched. unpatch removes exactly what patch added.
 """
 from __future__ import annotations
 
+import copy
+import inspect
+import types
+
 from tiles_ext.integrations import causal_lm
+from tiles_ext.integrations.bindings import Bindings, weight_paths
 from tiles_ext.integrations.decoder import TileDecoder
+from tiles_ext.integrations.errors import UnsupportedModelError
 from tiles_ext.integrations.generate import make_generate
 from tiles_ext.integrations.planning import plan_for
-from tiles_ext.integrations.state import PatchState
+from tiles_ext.integrations.state import INSTANCE_BOUND_BOOKKEEPING, PatchState, positional_names
 from tiles_ext.integrations.version import cache_field, check_transformers_version
 
 STATE_ATTR = "_tiles"
+# Compiled callables of one instance (generate's compiled __call__, nn.Module.compile's): a copy compiles its own.
+COMPILED_FOR_INSTANCE = INSTANCE_BOUND_BOOKKEEPING + ("_compiled_call_impl",)
 
 
 def is_patched(model) -> bool:
@@ -29,25 +37,44 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
     (default $TILES_CACHE/plans, i.e. ~/.cache/tiles_ext/plans; False: plan in memory only).
     Raises UnsupportedModelError / planner.UnsupportedConfig / TransformersVersionError naming the problem; a
     refused model is left untouched.
+
+    Weights: the op reads the model's own parameter tensors, so in-place edits reach it as they are made. A tensor
+    that stops being the module's (a new Parameter assigned, load_state_dict(..., assign=True), re-tying,
+    resize_token_embeddings, model.to(...)) is found before the next decode step (once per generate() call, once
+    per eager forward() call outside generate) and re-bound, re-planned where shapes or the device changed, or
+    refused with UnsupportedModelError naming the fix (e.g. parameters no longer bfloat16). Under a torch.compile
+    of your own, outside generate(), the check runs at the next eager call or generate().
+
+    Copies: copy.deepcopy(model) is a patched model of its own, bound to the copy's weights (the plan is shared,
+    the op's scratch and state are not); tiles_ext.unpatch works on it. Pickling (torch.save(model),
+    pickle.dumps(model)) and copy.copy(model) give the plain, unpatched model: patch the loaded one again.
+    save_pretrained and state_dict() hold only the weights, as for any model.
     """
     check_transformers_version()
     if is_patched(model):
         return model
     family = causal_lm.family_of(model)
+    family.check_window(model.config)
     device = causal_lm.check_model(model)
     plan = plan_for(model.config, device, workers, plan_cache_dir)
     weights = family.weights(model, plan.shape)
     causal_lm.check_weights(model, plan, weights)
-    state = PatchState(decoder=TileDecoder(model, plan, device, weights), cache_field=cache_field(),
-                       multi_token=(device.type == "cuda") if multi_token is None else bool(multi_token))
+    decoder = TileDecoder(plan, device)
+    decoder.bind(model, weights, Bindings(model, weight_paths(family, plan.shape)))
+    state = PatchState(family=family, decoder=decoder, cache_field=cache_field(), multi_token_option=multi_token,
+                       workers=workers, plan_cache_dir=plan_cache_dir)
     state.save_instance_attrs(model)
-    state.original_forward = model.forward
-    state.original_generate = model.generate
+    for name in ("forward", "generate"):
+        original = state.original(model, name)
+        state.signatures[name] = inspect.signature(original)
+        state.positional[name] = positional_names(original)
     # A compiled __call__ made before patching traced the old forward: drop it while patched (restored later).
-    for name in ("_compiled_call", "_last_compile_config"):
+    for name in INSTANCE_BOUND_BOOKKEEPING:
         model.__dict__.pop(name, None)
-    model.forward = causal_lm.make_forward(model, state)
-    model.generate = make_generate(model, state)
+    model.__dict__["forward"] = types.MethodType(causal_lm.make_forward(state.signatures["forward"]), model)
+    model.__dict__["generate"] = types.MethodType(make_generate(state.signatures["generate"]), model)
+    model.__dict__["__deepcopy__"] = types.MethodType(_deepcopy, model)
+    model.__dict__["__getstate__"] = types.MethodType(_getstate, model)
     model.__dict__[STATE_ATTR] = state
     return model
 
@@ -57,12 +84,36 @@ def unpatch(model):
     patched is returned unchanged."""
     state = model.__dict__.pop(STATE_ATTR, None)
     if state is not None:
-        state.restore_instance_attrs(model)
+        state.restore_instance_attrs(model.__dict__)
     return model
 
 
 def patch_state(model) -> PatchState | None:
     return model.__dict__.get(STATE_ATTR)
+
+
+def _deepcopy(self, memo):
+    """copy.deepcopy of a patched model: the default copy of every attribute (the patched methods rebind to the
+    copy, PatchState.__deepcopy__ gives it a runtime of its own), then the copy's decoder bound to its weights."""
+    cls = type(self)
+    clone = cls.__new__(cls)
+    memo[id(self)] = clone
+    attrs = {k: v for k, v in self.__dict__.items() if k not in COMPILED_FOR_INSTANCE}
+    clone.__setstate__(copy.deepcopy(attrs, memo))
+    memo.setdefault(id(memo), []).append(attrs)  # as copy does: a memo key must not be freed and its id reused
+    try:
+        clone.__dict__[STATE_ATTR].rebind(clone)
+    except (UnsupportedModelError, AttributeError):
+        pass  # the original's weights are no longer servable either: the copy's first decode step says why
+    return clone
+
+
+def _getstate(self):
+    """Pickle state of a patched model: that of the plain model (the decode state is bound to this process)."""
+    state = type(self).__getstate__(self)
+    patch_state(self).restore_instance_attrs(state)
+    state.pop(STATE_ATTR, None)
+    return state
 
 
 __all__ = ["patch", "unpatch", "is_patched", "patch_state"]

@@ -1,15 +1,16 @@
 """The Transformers versions the glue supports, and the names that changed between them.
 
-Minimum 5.4: from 5.4 on, StaticLayer.cumulative_length (a 0-dim device tensor) is the cache's write position and
+Minimum 5.4: from 5.4 on, StaticLayer.cumulative_length (a device tensor) is the cache's write position and
 Llama no longer takes cache_position; the decode path reads and advances that counter. 5.0-5.3 took the write
-position from cache_position instead and are refused rather than half supported. Tested: 5.17 (GPU machine), 5.24.
+position from cache_position instead and are refused rather than half supported. Tested: 5.4 (the minimum), 5.17
+(the GPU machine's), 5.24 and 5.25.
 """
 from __future__ import annotations
 
 import re
 
 MIN_TRANSFORMERS = (5, 4)
-TESTED_TRANSFORMERS = ("5.17", "5.24")
+TESTED_TRANSFORMERS = ("5.4", "5.17", "5.24", "5.25")
 
 
 class TransformersVersionError(RuntimeError):
@@ -46,3 +47,15 @@ def cache_field() -> str:
     (past_key_values became a deprecated alias), `past_key_values` before."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
     return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def transformers_version() -> str:
+    import transformers
+    return transformers.__version__
+
+
+def static_cache_croppable() -> bool:
+    """Whether a StaticCache can be cropped (StaticLayer.crop), as assisted generation does to its assistant's
+    cache after every round."""
+    from transformers.cache_utils import StaticLayer
+    return callable(getattr(StaticLayer, "crop", None)) and bool(getattr(StaticLayer, "is_croppable", True))

@@ -36,7 +36,7 @@ Ops (buffers named by id into the buffer table; "row r" means output row r of th
            out_offset = 1 (partition 0 only) says the MERGE of (layer, aux0) is the next tile of this worker
            (the planner's with_tile, checked by the validator). When partition 0 then holds every position, that
            MERGE can take (m, l, o) from the executor's own storage, and an executor may skip writing them to
-           out_buf and leave this tile's counter increment to that MERGE (the CUDA kernel does: perf log v44).
+           out_buf and leave this tile's counter increment to that MERGE (the CUDA kernel does).
            Otherwise 0.
            For each q head of the group (q heads aux0*G .. aux0*G+G-1): q rotated in fp32, scores fp32
            scaled by 1/sqrt(head_dim); writes partial (m, l, o[head_dim]) fp32 to out_buf at
@@ -98,7 +98,7 @@ COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share
 # Elements (positions x head_dim) of K (and of V) an ATTN tile stages per chunk in the CUDA kernel. The planner's
 # default attn_single is one chunk of positions (planner/graph.py default_single).
 ATTN_CHUNK_ELEMS = 8192
-# The CUDA kernel's attention warp path (perf log v45) takes at most ATTN_WARPS_MAX_GROUP query heads per KV head and
+# The CUDA kernel's attention warp path takes at most ATTN_WARPS_MAX_GROUP query heads per KV head and
 # head_dim ATTN_WARPS_HEAD_DIM: 8 positions per warp of its 16 in a chunk of ATTN_CHUNK_ELEMS / head_dim positions, one
 # lane per 8 dims of o. Its default variants run only these shapes (decode_kernel.h attn_warps_fit).
 ATTN_WARPS_MAX_GROUP = 4
@@ -145,7 +145,7 @@ class StateWord(enum.IntEnum):
     STEPS_DONE = 8     # steps executed by the last launch
 
 
-# ERROR_COUNTER of a WAIT_TIMEOUT raised by a poll of flagged input words (TILES_FLAGS CUDA builds: the value
+# ERROR_COUNTER of a WAIT_TIMEOUT raised by a poll of flagged input words (the flag hand-off kernels: the value
 # carries its epoch, no counter; ERROR_SEEN / ERROR_WANTED are then the epoch bits seen and awaited).
 FLAG_WAIT_COUNTER = -2
 

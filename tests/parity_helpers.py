@@ -1,5 +1,5 @@
-"""Shared pieces of the op's parity tests: tiny random Llama models, teacher-forced decoding through the op and
-through Transformers, and the BF16-calibrated error measures.
+"""Shared pieces of the op's parity tests: tiny random models of every family, teacher-forced decoding through the
+op and through Transformers, and the BF16-calibrated error measures.
 
 Calibration: both the op (BF16 weights, fp32 accumulation) and Transformers in BF16 are compared against
 Transformers in fp32 running the same (BF16-valued) weights upcast. The op passes when its relative logits error
@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, StaticCache
 
 import tiles_ext  # noqa: F401  (registers torch.ops.tiles)
 from tiles_ext.runtime import TileRuntime, model_weights, rope_tables
@@ -34,14 +34,30 @@ def tiny_config(hidden, heads, kv, head_dim, intermediate, layers, vocab=1000, t
     return LlamaConfig(**kw)
 
 
-def tiny_model(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
-    """BF16 random model with non-trivial norm weights, so logits are spread out rather than nearly tied."""
+def family_config(model_type, hidden, heads, kv, head_dim, intermediate, layers, vocab=1000, tied=False, eps=1e-5,
+                  **extra):
+    """A tiny config of any served model_type (Qwen2Config, Phi3Config, ...); `extra` adds or overrides fields
+    (sliding_window, rope_parameters, ...)."""
+    kw = dict(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+              intermediate_size=intermediate, num_hidden_layers=layers, vocab_size=vocab, rms_norm_eps=eps,
+              tie_word_embeddings=tied, max_position_embeddings=1024, initializer_range=0.06,
+              pad_token_id=None)  # Phi3Config's default pad id 32000 lies outside a tiny vocabulary
+    kw.update(extra)
+    return AutoConfig.for_model(model_type, **kw)
+
+
+def tiny_model(config, seed: int = 0):
+    """BF16 random model of the config's family with non-trivial norm weights (q/k norms included), so logits are
+    spread out rather than nearly tied, and non-zero biases (Transformers initialises them to zero)."""
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    model = AutoModelForCausalLM._model_mapping[type(config)](config).eval()
     with torch.no_grad():
         for mod in model.modules():
             if hasattr(mod, "variance_epsilon"):
                 mod.weight.uniform_(0.5, 1.5)
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                mod.bias.uniform_(-0.5, 0.5)
     return model.to(torch.bfloat16)
 
 

@@ -183,3 +183,55 @@ def test_user_loop_with_mask_and_positions(tiny, ids):
             with count_op_calls() as ops:
                 model(torch.tensor([[6]]), position_ids=torch.tensor([[p + 5]]), **{CACHE: cache})
         assert ops["calls"] == 0
+
+
+def test_no_cache_name_deprecation_on_tiles_behalf(tiny, ids, monkeypatch):
+    """Transformers 5.2x renamed the cache argument (past_key_values -> cache) and reports the old name as deprecated:
+    the patched model passes the name the installed version expects, so that notice never comes from Tiles' code,
+    even when the caller used the old name."""
+    import transformers.utils.generic as generic
+    said = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda msg, *a, **k: said.append(str(msg)))
+    model = patched_copy(tiny)
+    fast = patched_copy(tiny, multi_token=True)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for m in (model, fast):
+            out = m.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+            m.generate(out.sequences, max_new_tokens=2, do_sample=False, pad_token_id=0, **{CACHE: getattr(out, CACHE)})
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        model(ids, past_key_values=cache)            # the old name, prefill (PyTorch)
+        model(torch.tensor([[5]]), past_key_values=cache)  # and a decode step (the op)
+        model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0,
+                       past_key_values=StaticCache(config=model.config, max_cache_len=16))
+    assert int(cache.get_seq_length()) == ids.shape[1] + 1
+    said += [f"{w.filename}:{w.lineno}: {w.message}" for w in record]
+    assert not [m for m in said if "deprecated" in m], said
+
+
+@pytest.mark.parametrize("over, refused", [
+    # head_dim 32 (some small models) and 16 (Transformers' own tiny test configs): the CPU executor runs any even
+    # head_dim, the CUDA kernel is checked for 64 and 128 only, so the family serves those two.
+    (dict(head_dim=32), r"head_dim 32 \(supported: 64, 128\)"),
+    (dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128),
+     r"head_dim 16 \(supported: 64, 128\)"),
+    (dict(hidden_act="gelu"), r"hidden_act 'gelu' \(supported: 'silu': the tile executors' MLP is SiLU-gated, so "
+                              r"no model family serves 'gelu'\)"),
+])
+def test_unserved_shapes_are_refused_with_what_is_served(over, refused):
+    model = random_model(tiny_config(**over))
+    before = dict(model.__dict__)
+    with pytest.raises(UnsupportedConfig, match=refused):
+        tiles_ext.patch(model, plan_cache_dir=False)
+    # Refused: left untouched.
+    assert set(model.__dict__) == set(before) and all(model.__dict__[k] is v for k, v in before.items())
+
+
+def test_transformers_tiny_test_config_names_every_problem():
+    # The shape of LlamaModelTester's config in Transformers' own test suite: each refusal named in one message.
+    from transformers import LlamaConfig
+    config = LlamaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=37, hidden_act="gelu", max_position_embeddings=512)
+    with pytest.raises(UnsupportedConfig, match=r"head_dim 8 \(supported: 64, 128\).*hidden_act 'gelu'.*"
+                                                r"intermediate_size 37 must be multiples of 8"):
+        tiles_ext.patch(random_model(config), plan_cache_dir=False)

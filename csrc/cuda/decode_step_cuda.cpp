@@ -24,6 +24,7 @@ namespace {
     const cudaError_t err__ = (expr);                                                                           \
     TORCH_CHECK(err__ == cudaSuccess, "tiles::decode_step (CUDA): ", what, " failed: ", cudaGetErrorString(err__)); \
   } while (0)
+// The error report below (raise_if_error, check_previous_launch) still spells the macro's former name.
 
 int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
@@ -63,15 +64,15 @@ void raise_if_error(const at::Tensor& plan, const Header& h, const at::Tensor& s
   if (named) {
     Tile t;
     TILE_CUDA_CHECK(cudaMemcpy(&t, blob + h.tiles_offset + int64_t(tile) * kTileWords, sizeof(Tile),
-                               cudaMemcpyDeviceToHost),
-                    "reading the failing tile");
+                                cudaMemcpyDeviceToHost),
+                     "reading the failing tile");
     std::vector<Weight> table(h.num_weights);
     const bool has_table = h.weights_offset >= 0 &&
                            int64_t(h.weights_offset) + int64_t(h.num_weights) * kWeightWords <= plan.numel();
     if (has_table && !table.empty()) {
       TILE_CUDA_CHECK(cudaMemcpy(table.data(), blob + h.weights_offset, table.size() * sizeof(Weight),
-                                 cudaMemcpyDeviceToHost),
-                      "reading the weight table");
+                                  cudaMemcpyDeviceToHost),
+                       "reading the weight table");
     }
     name = tile_name(h, t, has_table ? table.data() : nullptr);
   }
@@ -171,6 +172,13 @@ void check_device_and_plan(const Header& h, int dev, const DeviceInfo& di) {
   TORCH_CHECK(h.head_dim % 8 == 0 && h.head_dim <= 256 && h.hidden % 8 == 0 && h.intermediate % 8 == 0,
               "tiles::decode_step (CUDA): head_dim (", h.head_dim, "), hidden (", h.hidden, ") and intermediate (",
               h.intermediate, ") must be multiples of 8 (16-byte rows), head_dim <= 256");
+  // The kernel computes neither the QKV bias nor the per-head q/k norm yet: refuse such a plan rather than return
+  // logits without them (the CPU reference executor runs it).
+  constexpr int32_t kUnserved = (1 << kSlotQBias) | (1 << kSlotKBias) | (1 << kSlotVBias) | (1 << kSlotQNorm) |
+                                (1 << kSlotKNorm);
+  TORCH_CHECK((h.layer_slots & kUnserved) == 0, "tiles::decode_step (CUDA): this plan's layers have q/k/v biases or "
+              "per-head q/k norms (layer_slots ", h.layer_slots, "), which this build's CUDA kernel does not compute; "
+              "run the model on the CPU executor or with a build whose kernel serves them");
 }
 
 // Whether the arena has the flagged layout. Its size names it: the plan's scratch_bytes for counter hand-offs, twice

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from tiles_ext.families.base import Family, Slot
 from tiles_ext.families.llama import FAMILY as LLAMA
+from tiles_ext.families.mistral import FAMILY as MISTRAL
+from tiles_ext.families.phi3 import FAMILY as PHI3
+from tiles_ext.families.qwen2 import FAMILY as QWEN2
+from tiles_ext.families.qwen3 import FAMILY as QWEN3
 from tiles_ext.planner.shape import UnsupportedConfig
 
-FAMILIES: tuple[Family, ...] = (LLAMA,)
+FAMILIES: tuple[Family, ...] = (LLAMA, QWEN2, QWEN3, MISTRAL, PHI3)
 BY_MODEL_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 SERVED_MODEL_TYPES = tuple(sorted(BY_MODEL_TYPE))
 

@@ -16,6 +16,20 @@ from tiles_ext.planner.weights import WeightLayout
 
 # RMSNorm eps when a config gives none (Transformers' Llama default).
 DEFAULT_EPS = 1e-6
+# The head_dims a family may accept: those both executors run and the parity tests cover (the CUDA kernel takes
+# head_dim % 8 == 0 up to 256; another size is served once its parity tests exist on both executors).
+HEAD_DIMS = (64, 96, 128)
+# Why the RoPE types whose frequencies change during a generation are refused (the executors take one inv_freq
+# table and scale per model); the static types (default, linear, llama3, yarn) are folded into that table.
+DYNAMIC_ROPE_WHY = {
+    "dynamic": "Transformers recomputes its frequencies once a sequence outgrows max_position_embeddings; the tile op "
+               "keeps one RoPE table",
+    "longrope": "Transformers switches from the short to the long frequency factors once a sequence passes "
+                "original_max_position_embeddings, and recomputes the cache there; the tile op keeps one RoPE table",
+}
+# The MLP activations the executors implement (the GATEUP tile computes silu(g) * u, planner/format.py): the same
+# for every family, so a config with another one has no family to serve it.
+MLP_ACTIVATIONS = ("silu",)
 
 
 @dataclass(frozen=True)
@@ -26,6 +40,11 @@ class Slot:
     rows: Callable[[ModelShape], tuple[int, int]] | None = None
 
 
+def no_window(config) -> None:
+    """read_window of a family whose attention always covers the whole cache."""
+    return None
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -33,9 +52,36 @@ class Family:
     example: str                                   # e.g. "LlamaForCausalLM: Llama 3.x, SmolLM2"
     read_shape: Callable[[object], ModelShape]     # config -> shape; raises UnsupportedConfig naming the field
     slots: dict = field(default_factory=dict)      # slot name -> Slot
+    # config -> the sliding window (in positions) Transformers applies to some layer's attention, None where every
+    # layer attends to the whole cache; window_off says how a user turns it off (completes "... before patching").
+    read_window: Callable[[object], int | None] = no_window
+    window_off: str = ""
+    # The family's Transformers config class defaults for fields a config.json may leave out (ConfigReader).
+    defaults: dict = field(default_factory=dict)
 
     def shape(self, config) -> ModelShape:
         return self.read_shape(config)
+
+    def sliding_window(self, config) -> int | None:
+        return self.read_window(config)
+
+    def check_window(self, config) -> None:
+        """Refuses (UnsupportedConfig) a config whose sequences can outgrow its sliding window. Transformers then
+        attends each token to the last `window` positions only, the tile op to every cached position; within the
+        window the two agree (Transformers' mask keeps kv > q - window). The rule is max_position_embeddings against
+        the window, decided at patch time; the shape (and so the plan) does not depend on it."""
+        window = self.sliding_window(config)
+        if window is None:
+            return
+        longest = ConfigReader(config, self.defaults).get("max_position_embeddings")
+        if longest is not None and int(longest) <= window:
+            return
+        raise UnsupportedConfig(
+            f"unsupported {self.name} config: sliding_window {window} with max_position_embeddings {longest} "
+            f"(Transformers attends each token to the last {window} positions only, the tile op to every cached "
+            f"position, so a sequence longer than {window} would be decoded differently). Run the model "
+            f"unpatched, or, if no sequence (prompt plus new tokens) exceeds {window} positions, where the window "
+            f"changes nothing, {self.window_off} before tiles_ext.patch")
 
     def weights(self, model, shape: ModelShape) -> list:
         """The op's weights list for `model`: its own parameter tensors (detached; row views of fused ones), in
@@ -62,15 +108,20 @@ class Family:
 
 
 class ConfigReader:
-    """Reads a Transformers config object or a config.json dict, and collects what a family refuses."""
+    """Reads a Transformers config object or a config.json dict, and collects what a family refuses.
 
-    def __init__(self, config):
+    `defaults`: the family's Transformers config class defaults for fields a config.json may leave out (a config
+    object always has them); a field present as null reads as None either way."""
+
+    def __init__(self, config, defaults=None):
         self.config = config
+        self.defaults = defaults or {}
         self.problems: list[str] = []
 
     def get(self, key, default=None):
         c = self.config
-        value = c.get(key, default) if isinstance(c, dict) else getattr(c, key, default)
+        fallback = self.defaults.get(key, default)
+        value = c.get(key, fallback) if isinstance(c, dict) else getattr(c, key, fallback)
         return default if value is None else value
 
     def need_int(self, key) -> int:
@@ -97,9 +148,10 @@ class ConfigReader:
 
 
 def decoder_shape(r: ConfigReader, family: str, *, head_dims, rope_types, qkv_bias=False, qk_norm=False,
-                  tied_default=False) -> ModelShape:
+                  tied_default=False, rope_why=None) -> ModelShape:
     """The shape of a Llama-layout decoder (RMSNorm, GQA attention with RoPE, SiLU-gated MLP), after the checks
-    every such family needs; family-specific refusals are added to r.problems before the call."""
+    every such family needs; family-specific refusals are added to r.problems before the call. rope_why: why the
+    family refuses a rope_type, by name, for the refusal message."""
     hidden = r.need_int("hidden_size")
     heads = r.need_int("num_attention_heads")
     kv = int(r.get("num_key_value_heads") or heads)
@@ -111,10 +163,12 @@ def decoder_shape(r: ConfigReader, family: str, *, head_dims, rope_types, qkv_bi
     if head_dim not in head_dims:
         r.refuse(f"head_dim {head_dim} (supported: {', '.join(map(str, head_dims))})")
     if rope_type not in rope_types:
-        r.refuse(f"rope_type {rope_type!r} (supported: {', '.join(rope_types)})")
+        why = (rope_why or {}).get(rope_type)
+        r.refuse(f"rope_type {rope_type!r} ({why + '; ' if why else ''}supported: {', '.join(rope_types)})")
     act = r.get("hidden_act", "silu")
-    if act != "silu":
-        r.refuse(f"hidden_act {act!r} (supported: 'silu')")
+    if act not in MLP_ACTIVATIONS:
+        r.refuse(f"hidden_act {act!r} (supported: {', '.join(map(repr, MLP_ACTIVATIONS))}: the tile executors' MLP "
+                 f"is SiLU-gated, so no model family serves {act!r})")
     if hidden % 8 or intermediate % 8:
         r.refuse(f"hidden_size {hidden} and intermediate_size {intermediate} must be multiples of 8 "
                  "(16-byte weight rows)")

@@ -1,0 +1,90 @@
+"""Assisted generation with a patched assistant, a patched main model, or both, on whatever Transformers is
+installed (CPU op, tiny random Llama models).
+
+Assisted generation rolls the assistant's cache back (crop) after every round. Where the installed Transformers can
+crop a StaticCache (tiles_ext.integrations.version.static_cache_croppable), the assistant drafts on the tile op and
+its StaticCache grows between rounds as the DynamicCache it replaces would; where it cannot, the assistant runs in
+PyTorch with one warning. The main model verifies many tokens per forward: PyTorch, with one warning.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from integration_support import assert_greedy_match, patched_copy, steps_executed, tiny_config
+from tiles_ext.integrations import TilesFallbackWarning, is_patched
+from tiles_ext.integrations.version import static_cache_croppable
+from tiles_ext.models import random_model
+
+PROMPT = torch.tensor([[1, 17, 42, 99, 7, 300]])
+NEW = 10
+
+
+@pytest.fixture(scope="module")
+def main_model():
+    return random_model(tiny_config(), seed=5)
+
+
+@pytest.fixture(scope="module")
+def draft_model():
+    # A smaller assistant of the same vocabulary that drafts several tokens a round (no confidence cut-off, which
+    # would stop a random model's drafts after one token), so that rounds take decode steps and crops.
+    model = random_model(tiny_config(num_hidden_layers=1), seed=6)
+    model.generation_config.assistant_confidence_threshold = 0.0
+    model.generation_config.num_assistant_tokens = 4
+    model.generation_config.num_assistant_tokens_schedule = "constant"
+    return model
+
+
+def _assisted(main, draft, **kw):
+    return main.generate(PROMPT, assistant_model=draft, max_new_tokens=NEW, do_sample=False, pad_token_id=0, **kw)
+
+
+def _tiles_warnings(record):
+    return [str(w.message) for w in record if issubclass(w.category, TilesFallbackWarning)]
+
+
+@pytest.mark.parametrize("patched", ["assistant", "main", "both"])
+def test_assisted_generation_gives_the_unpatched_answer(main_model, draft_model, patched):
+    want = _assisted(main_model, draft_model)
+    main = patched_copy(main_model) if patched in ("main", "both") else main_model
+    draft = patched_copy(draft_model) if patched in ("assistant", "both") else copy.deepcopy(draft_model)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        got = _assisted(main, draft)
+    said = _tiles_warnings(record)
+    assert got.shape == want.shape
+    assert_greedy_match(main_model, PROMPT, want, got, f"patched {patched}")
+    if is_patched(main):
+        assert [m for m in said if "assisted generation (the tile op serves" in m], said
+        assert steps_executed(main) == 0  # verification runs many tokens per forward: PyTorch
+    if is_patched(draft):
+        on_tiles = [m for m in said if "assistant of assisted generation" in m]
+        if static_cache_croppable():
+            assert not on_tiles, said
+            assert steps_executed(draft) >= NEW // 2  # drafts decoded on the op, over several rounds
+        else:
+            assert len(on_tiles) == 1 and "cannot crop the StaticCache" in on_tiles[0], said
+            assert steps_executed(draft) == 0
+    assert len(said) == len(set(said))  # each reason once
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilesFallbackWarning)  # once per model and reason
+        again = _assisted(main, draft)
+    assert torch.equal(again, got)
+
+
+def test_assisted_sampling_with_a_patched_assistant(main_model, draft_model):
+    draft = patched_copy(draft_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TilesFallbackWarning)
+        torch.manual_seed(7)
+        a = main_model.generate(PROMPT, assistant_model=draft, max_new_tokens=NEW, do_sample=True, top_k=20,
+                                pad_token_id=0)
+        torch.manual_seed(7)
+        b = main_model.generate(PROMPT, assistant_model=draft, max_new_tokens=NEW, do_sample=True, top_k=20,
+                                pad_token_id=0)
+    assert a.shape == (1, PROMPT.shape[1] + NEW) and torch.equal(a, b)
+    assert torch.equal(a[:, :PROMPT.shape[1]], PROMPT)
