@@ -24,7 +24,6 @@ namespace {
     const cudaError_t err__ = (expr);                                                                           \
     TORCH_CHECK(err__ == cudaSuccess, "tiles::decode_step (CUDA): ", what, " failed: ", cudaGetErrorString(err__)); \
   } while (0)
-// The error report below (raise_if_error, check_previous_launch) still spells the macro's former name.
 
 int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
