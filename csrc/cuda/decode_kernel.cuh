@@ -14,12 +14,11 @@
 // This file holds the tile loop (run_tile), the kernel and its launch; the tiles' code is in parts that it includes
 // in this order, one job each: kernel_config.cuh (build switches, timing marks), device_helpers.cuh (PTX wrappers,
 // reductions), plan_access.cuh, waits.cuh (errors, counter waits, release; flag_data.cuh in flag builds),
-// matvec.cuh, attention.cuh, merge.cuh. Each of the four kernels' translation units (decode_kernel_counters.cu,
-// decode_kernel_counters_fivestep.cu, decode_kernel_flags.cu, decode_kernel_flags_fivestep.cu) compiles it once,
-// with TILE_FLAG_HANDOFF (or not), TILE_WARP_ATTENTION (1: the warp path, 0: the five-step loop) and TILE_VARIANT
-// (the prefix of its exports) defined.
-#if !defined(TILE_WARP_ATTENTION) || !defined(TILE_VARIANT)
-#error "decode_kernel.cuh is compiled through decode_kernel_{counters,flags}[_fivestep].cu"
+// matvec.cuh, attention.cuh, merge.cuh. Each kernel's translation unit (decode_kernel_<hand-off>_hd<head_dim>.cu:
+// counters or flags, one per head_dim of TILE_ATTN_HEAD_DIMS) compiles it once, with TILE_FLAG_HANDOFF (or not),
+// TILE_HEAD_DIM (the head_dim of its attention) and TILE_VARIANT (the prefix of its exports) defined.
+#if !defined(TILE_HEAD_DIM) || !defined(TILE_VARIANT)
+#error "decode_kernel.cuh is compiled through decode_kernel_{counters,flags}_hd<head_dim>.cu"
 #endif
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -158,7 +157,7 @@ __device__ __forceinline__ bool embed_tile(const KernelParams& p, const Tile& t,
 // `after_attn`: the worker's previous tile was an ATTN tile.
 // The matvec epilogue's setup and the ARGMAX case stay inline: moved into helpers, even forced inline, they change
 // the flag kernel's code generation (scripts/sass.sh).
-template <bool kWarpAttention>
+template <int HD>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
                          unsigned long long* times, bool local_merge, bool after_attn) {
@@ -236,7 +235,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
     }
     case kOpAttn:
-      kept_local = attn_tile<kWarpAttention>(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
+      kept_local = attn_tile<HD>(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
       break;
     case kOpMerge:
       if (local_merge) {
@@ -361,9 +360,8 @@ __device__ __forceinline__ void fill_steps_not_run(const KernelParams& p, int32_
 
 }  // namespace
 
-// The persistent kernel. kWarpAttention: the attention's warp path (attn_warps_fit shapes) or the five-step loop;
-// each translation unit instantiates one.
-template <bool kWarpAttention>
+// The persistent kernel for plans of head_dim HD; each translation unit instantiates one.
+template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
   uint8_t* smem = g_smem;
   __shared__ int s_flag;
@@ -474,8 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         times = p.tile_times +
                 ((int64_t(s) * p.h.num_workers + worker) * p.tile_times_stride + (k - tbeg)) * kTileTimes;
 #endif
-      if (!run_tile<kWarpAttention>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, local_merge,
-                                    after_attn))
+      if (!run_tile<HD>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, local_merge, after_attn))
         return;
       after_attn = t.op == kOpAttn;
     }
@@ -505,22 +502,23 @@ cudaError_t launch_cooperative(const KernelParams& p0, Kernel kernel, cudaStream
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-constexpr bool kVariantWarpAttention = TILE_WARP_ATTENTION != 0;
+constexpr int kVariantHeadDim = TILE_HEAD_DIM;
+static_assert(attn_warps_fit(1, 1, kVariantHeadDim), "a kernel per head_dim of TILE_ATTN_HEAD_DIMS (plan_format.h)");
 }  // namespace
 
-// This translation unit's exports (decode_kernel.h): TILE_VARIANT(name) = decode_<hand-off>[_fivestep]_<name>.
+// This translation unit's exports (decode_kernel.h): TILE_VARIANT(name) = decode_<hand-off>_hd<head_dim>_<name>.
 cudaError_t TILE_VARIANT(set_smem_limit)(int32_t bytes) {
-  return cudaFuncSetAttribute(decode_kernel<kVariantWarpAttention>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  return cudaFuncSetAttribute(decode_kernel<kVariantHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               bytes);
 }
 
 cudaError_t TILE_VARIANT(blocks_per_sm)(int32_t smem_bytes, int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<kVariantWarpAttention>, kThreads,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<kVariantHeadDim>, kThreads,
                                                        smem_bytes);
 }
 
 cudaError_t TILE_VARIANT(launch)(const KernelParams& p, cudaStream_t stream) {
-  return launch_cooperative(p, decode_kernel<kVariantWarpAttention>, stream);
+  return launch_cooperative(p, decode_kernel<kVariantHeadDim>, stream);
 }
 
 }  // namespace cuda
