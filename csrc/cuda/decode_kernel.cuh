@@ -100,13 +100,14 @@ __device__ __forceinline__ bool is_eos(const KernelParams& p, int64_t tok) {
 // ATTN tile waits for the attention chain (~5 us at short context), so its warps can issue their batches one after
 // another instead of at once: the burst no longer fills L2's queues while MERGE stores and releases (without O's
 // staging MERGE's span fell 2.1 -> 1.5 us). Warp w issues w x kPaceOCycles after the tile starts.
-__device__ __forceinline__ void stage_paced(const KernelParams& p, const Tile& t, uint8_t* stage, bool after_attn) {
+__device__ __forceinline__ void stage_paced(const KernelParams& p, const Tile& t, uint8_t* stage, uint16_t* bias,
+                                            bool after_attn) {
   if (!kFlags && after_attn && t.op == kOpResid && weight_cols(p, t.weight) != p.h.intermediate) {
     const long long t0 = clock64(), d = static_cast<long long>(threadIdx.x >> 5) * kPaceOCycles;
     while (clock64() - t0 < d) {
     }
   }
-  stage_first_batch(p, t, stage);
+  stage_first_batch(p, t, stage, bias);
 }
 
 // A matvec tile's input vector into shared memory: RESID's bf16 input (and its residual rows, issued together: one
@@ -174,7 +175,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   TILE_MARK(kTimeStart);
   const bool is_matvec = op_is_matvec(t.op);
   uint8_t* stage = is_matvec ? smem + L.stage : nullptr;
-  if (stage != nullptr) stage_paced(p, t, stage, after_attn);
+  // A QKV tile's bias words go to the RESID rows' shared memory (unused by QKV), staged with its weights.
+  uint16_t* bias = t.op == kOpQkv && t.weight2 >= 0 ? reinterpret_cast<uint16_t*>(smem + L.rsd) : nullptr;
+  if (stage != nullptr) stage_paced(p, t, stage, bias, after_attn);
   const bool attn_pre = t.op == kOpAttn;
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
   // A local MERGE's inputs are this block's shared memory: nothing to wait for. Flag builds poll every scratch input
@@ -212,6 +215,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       o.out_f32 = nullptr;
       o.resid = nullptr;
       o.resid_smem = resid_smem ? rsd : nullptr;
+      o.bias = bias;
       o.logits = nullptr;
       o.epoch = sc.epoch;
 #ifdef TILE_FLAG_HANDOFF
