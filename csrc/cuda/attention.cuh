@@ -188,6 +188,127 @@ __device__ __forceinline__ void attn_append_new_row(const KernelParams& p, const
   if (!first_local) __threadfence();
 }
 
+// The per-head q/k RMSNorm (an ATTN tile's norm = q_norm, weight2 = k_norm; Qwen3), in place of attn_rotate_q and
+// attn_append_new_row: each q head and the new k head are normalised before RoPE, k before the cache append
+// (docs/numerics.md). Warp g < G reads q head g, warp G the new k row and warp G + 1 the new v row (when this
+// partition owns pos), HD / 32 elements per lane: the fp32 sum of squares of the bf16 values in lane order, then the
+// butterfly (warp_sum), r = 1 / sqrt(ss / HD + eps), x' = bf16(bf16(x r) w); a head whose weight is -1 stays as read.
+// The heads go as bf16 into the o slots (unused until the chunk loop), then q is rotated and the new row appended from
+// there with the two functions' arithmetic. run_tile calls it before attn_tile, after the RoPE tables are ready
+// (attn_prestage); scalar arguments, the Tile's fields.
+template <int HD>
+__device__ __forceinline__ void attn_norm_rotate_body(const KernelParams& p, int32_t kvh, int32_t part, int32_t layer,
+                                                      int32_t in_buf, int32_t in2_buf, int32_t in3_buf, int32_t qnorm,
+                                                      int32_t knorm, int64_t pos, bool prestaged, uint32_t epoch) {
+#ifdef TILE_FLAG_HANDOFF
+  const SmemLayout L = smem_layout(p.h);  // as the flag kernel's own (decode_kernel)
+#else
+  const SmemLayout& L = p.layout;
+#endif
+  int32_t lo, hi;
+  attn_partition_range(static_cast<int32_t>(pos + 1), part, p.h.attn_partitions, p.h.attn_granule, p.h.attn_single,
+                       &lo, &hi);
+  const bool first_local = prestaged && pos < lo + L.chunk;  // as attn_tile's
+  constexpr int kPer = HD / 32, half = HD / 2;
+  const int G = p.h.num_heads / p.h.num_kv_heads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint8_t* smem = g_smem;
+  const float* cs = reinterpret_cast<const float*>(smem + L.cs);
+  float* qf = reinterpret_cast<float*>(smem + L.qf);
+  float* of = reinterpret_cast<float*>(smem + L.of);
+  float* ml = reinterpret_cast<float*>(smem + L.ml);
+  uint16_t* st = reinterpret_cast<uint16_t*>(smem + L.opart);  // q [G][HD], then k [HD], v [HD]
+  const bool owns = lo <= pos && pos < hi;
+  if (warp < G + (owns ? 2 : 0)) {
+    const int32_t buf = warp < G ? in_buf : (warp == G ? in2_buf : in3_buf);
+    const int32_t wi = warp < G ? qnorm : (warp == G ? knorm : -1);
+    const int64_t base = (warp < G ? int64_t(kvh) * G + warp : int64_t(kvh)) * HD;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(buffer_ptr(p, buf));
+    uint16_t x[kPer];
+#ifdef TILE_FLAG_HANDOFF
+    int64_t idx[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) idx[j] = base + lane + 32 * j;
+    fl_read_bf16<kPer>(p, src, idx, epoch, x);
+#else
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] = __ldcg(src + base + lane + 32 * j);
+#endif
+    uint16_t* dst = st + warp * HD;  // q head g at row g, k at row G, v at row G + 1
+    if (wi >= 0) {
+      const uint16_t* w = p.weights[wi];
+      float wv[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) wv[j] = bf2f(__ldg(w + lane + 32 * j));
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) ss = fmaf(bf2f(x[j]), bf2f(x[j]), ss);
+      ss = warp_sum(ss);
+      const float r = 1.0f / sqrtf(ss / static_cast<float>(HD) + p.eps);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) dst[lane + 32 * j] = f2bf(round_bf(bf2f(x[j]) * r) * wv[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) dst[lane + 32 * j] = x[j];
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < G * HD; i += kThreads) {  // attn_rotate_q from the staged heads
+    const int g = i / HD, d = i - g * HD;
+    const int dp = d < half ? d + half : d - half;
+    const float x = bf2f(st[g * HD + d]), xp = bf2f(st[g * HD + dp]);
+    qf[g * (HD + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    of[i] = 0.f;
+  }
+  if (tid < G) {
+    ml[tid] = -INFINITY;
+    ml[G + tid] = 0.f;
+  }
+  if (owns) {  // attn_append_new_row from the staged k and v rows
+    uint16_t* kc = p.k_cache[layer] + int64_t(kvh) * p.max_cache_len * HD;
+    uint16_t* vc = p.v_cache[layer] + int64_t(kvh) * p.max_cache_len * HD;
+    uint16_t* kb = reinterpret_cast<uint16_t*>(smem + L.kbuf);
+    uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
+    const uint16_t* kn = st + G * HD;
+    const uint16_t* vn = st + (G + 1) * HD;
+    for (int d = tid; d < HD; d += kThreads) {
+      const int dp = d < half ? d + half : d - half;
+      const float x = bf2f(kn[d]), xp = bf2f(kn[dp]);
+      const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+      const uint16_t kr = f2bf(r);
+      kc[pos * HD + d] = kr;
+      vc[pos * HD + d] = vn[d];
+      if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
+        kb[(pos - lo) * (HD + 8) + d] = kr;
+        vb[(pos - lo) * attn_vstride(HD) + d] = vn[d];
+      }
+    }
+    // The row is read back through L2 (ld.cg) by other threads of this block, unless it is staged.
+    if (!first_local) __threadfence();
+  }
+}
+
+template <int HD>
+__device__ __noinline__ void attn_norm_rotate_call(const KernelParams& p, int32_t kvh, int32_t part, int32_t layer,
+                                                   int32_t in_buf, int32_t in2_buf, int32_t in3_buf, int32_t qnorm,
+                                                   int32_t knorm, int64_t pos, bool prestaged, uint32_t epoch) {
+  attn_norm_rotate_body<HD>(p, kvh, part, layer, in_buf, in2_buf, in3_buf, qnorm, knorm, pos, prestaged, epoch);
+}
+// Out of line (Llama's tiles never run it), except in the head_dim-128 counter kernel: there the call made the tile
+// loop spill 20 bytes and the inlined body spills nothing, while inlined in the other kernels it spills 8-24 bytes
+// (ptxas, scripts/sass.sh).
+template <int HD>
+constexpr bool kAttnNormInline = !kFlags && HD == 128;
+template <int HD>
+__device__ __forceinline__ void attn_norm_rotate(const KernelParams& p, int32_t kvh, int32_t part, int32_t layer,
+                                                 int32_t in_buf, int32_t in2_buf, int32_t in3_buf, int32_t qnorm,
+                                                 int32_t knorm, int64_t pos, bool prestaged, uint32_t epoch) {
+  if constexpr (kAttnNormInline<HD>)
+    attn_norm_rotate_body<HD>(p, kvh, part, layer, in_buf, in2_buf, in3_buf, qnorm, knorm, pos, prestaged, epoch);
+  else
+    attn_norm_rotate_call<HD>(p, kvh, part, layer, in_buf, in2_buf, in3_buf, qnorm, knorm, pos, prestaged, epoch);
+}
+
 // The warp path's q A fragments once per tile, hi and lo bf16 halves, entry (k-step ks, lane 4g + t) = {hi a0, lo
 // a0, hi a2, lo a2} of head g at dims 16ks + 2t (+ 8) (the lo half as row g + 8), after the warps' states in sc
 // (kWarps x G x 2 floats; smem_layout sizes sc for both). Threads tid < (hd / 16) 4G; the chunk loop's first barrier
@@ -404,20 +525,21 @@ __device__ __forceinline__ bool attn_tile(const KernelParams& p, const Tile& t, 
 
   int32_t lo, hi;
   attn_partition_range(static_cast<int32_t>(pos + 1), part, P, p.h.attn_granule, p.h.attn_single, &lo, &hi);
+  if (!prestaged) {
+    rope_tables(p, pos, cs);
+    __syncthreads();
+  }  // else: written before the wait, published by the wait's barrier
+  const bool first_local = prestaged && pos < lo + L.chunk;
   const uint16_t* q = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf));
   const uint16_t* knew = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in2_buf));
   const uint16_t* vnew = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in3_buf));
   uint16_t* kc = p.k_cache[t.layer] + int64_t(kvh) * p.max_cache_len * hd;
   uint16_t* vc = p.v_cache[t.layer] + int64_t(kvh) * p.max_cache_len * hd;
-
-  if (!prestaged) {
-    rope_tables(p, pos, cs);
-    __syncthreads();
-  }  // else: written before the wait, published by the wait's barrier
-  attn_rotate_q(p, q, kvh, G, hd, cs, qf, of, ml, epoch);
-  const bool first_local = prestaged && pos < lo + L.chunk;
-  if (lo <= pos && pos < hi)
-    attn_append_new_row(p, knew, vnew, kvh, G, hd, cs, kc, vc, kb, vb, pos, lo, first_local, epoch);
+  if (t.norm < 0 && t.weight2 < 0) {  // else: attn_norm_rotate ran (run_tile)
+    attn_rotate_q(p, q, kvh, G, hd, cs, qf, of, ml, epoch);
+    if (lo <= pos && pos < hi)
+      attn_append_new_row(p, knew, vnew, kvh, G, hd, cs, kc, vc, kb, vb, pos, lo, first_local, epoch);
+  }
   __syncthreads();
   if (lo >= hi) TILE_MARK(kTimePhase1);  // (with positions: after the first chunk's rows have landed, below)
   if (tid < (HD / 16) * 4 * G && lo < hi) attn_q_fragments(qf, sc, G, hd);

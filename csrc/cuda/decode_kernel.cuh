@@ -239,6 +239,11 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
     }
     case kOpAttn:
+      // Per-head q/k norms (Qwen3): q rotated and the new row appended here, before attn_tile (called inside it, the
+      // head_dim-64 counter kernel's stack frame grew by 8 bytes).
+      if (t.norm >= 0 || t.weight2 >= 0)
+        attn_norm_rotate<HD>(p, t.aux0, t.aux1, t.layer, t.in_buf, t.in2_buf, t.in3_buf, t.norm, t.weight2, sc.pos,
+                             attn_pre, sc.epoch);
       kept_local = attn_tile<HD>(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
       break;
     case kOpMerge:
