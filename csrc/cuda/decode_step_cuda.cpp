@@ -179,13 +179,6 @@ void check_device_and_plan(const Header& h, int dev, const DeviceInfo& di) {
               "kernel serves at most ", kAttnWarpsMaxGroup);
   TORCH_CHECK(h.hidden % 8 == 0 && h.intermediate % 8 == 0, "tiles::decode_step (CUDA): hidden (", h.hidden,
               ") and intermediate (", h.intermediate, ") must be multiples of 8 (16-byte rows)");
-  // The kernel computes neither the QKV bias nor the per-head q/k norm yet: refuse such a plan rather than return
-  // logits without them (the CPU reference executor runs it).
-  constexpr int32_t kUnserved = (1 << kSlotQBias) | (1 << kSlotKBias) | (1 << kSlotVBias) | (1 << kSlotQNorm) |
-                                (1 << kSlotKNorm);
-  TORCH_CHECK((h.layer_slots & kUnserved) == 0, "tiles::decode_step (CUDA): this plan's layers have q/k/v biases or "
-              "per-head q/k norms (layer_slots ", h.layer_slots, "), which this build's CUDA kernel does not compute; "
-              "run the model on the CPU executor or with a build whose kernel serves them");
 }
 
 // Whether the arena has the flagged layout. Its size names it: the plan's scratch_bytes for counter hand-offs, twice
