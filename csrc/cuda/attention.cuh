@@ -188,13 +188,20 @@ __device__ __forceinline__ void attn_append_new_row(const KernelParams& p, const
   if (!first_local) __threadfence();
 }
 
+// RoPE of element d (x) with its rotate_half partner (xp), attn_rotate_q's formula with the one product that is fused
+// into an FMA named: the head_dim-128 counter kernel inlines attn_norm_rotate_body and the others call it, and the
+// hand-offs' results must not depend on how the compiler contracts the same expression in two places.
+__device__ __forceinline__ float attn_rope_explicit(float x, float xp, int d, int half, const float* cs) {
+  return d < half ? fmaf(x, cs[d], __fmul_rn(-xp, cs[half + d])) : fmaf(x, cs[d - half], __fmul_rn(xp, cs[d]));
+}
+
 // The per-head q/k RMSNorm (an ATTN tile's norm = q_norm, weight2 = k_norm; Qwen3), in place of attn_rotate_q and
 // attn_append_new_row: each q head and the new k head are normalised before RoPE, k before the cache append
 // (docs/numerics.md). Warp g < G reads q head g, warp G the new k row and warp G + 1 the new v row (when this
 // partition owns pos), HD / 32 elements per lane: the fp32 sum of squares of the bf16 values in lane order, then the
 // butterfly (warp_sum), r = 1 / sqrt(ss / HD + eps), x' = bf16(bf16(x r) w); a head whose weight is -1 stays as read.
 // The heads go as bf16 into the o slots (unused until the chunk loop), then q is rotated and the new row appended from
-// there with the two functions' arithmetic. run_tile calls it before attn_tile, after the RoPE tables are ready
+// there (attn_rope_explicit). run_tile calls it before attn_tile, after the RoPE tables are ready
 // (attn_prestage); scalar arguments, the Tile's fields.
 template <int HD>
 __device__ __forceinline__ void attn_norm_rotate_body(const KernelParams& p, int32_t kvh, int32_t part, int32_t layer,
@@ -244,7 +251,11 @@ __device__ __forceinline__ void attn_norm_rotate_body(const KernelParams& p, int
 #pragma unroll
       for (int j = 0; j < kPer; ++j) ss = fmaf(bf2f(x[j]), bf2f(x[j]), ss);
       ss = warp_sum(ss);
-      const float r = 1.0f / sqrtf(ss / static_cast<float>(HD) + p.eps);
+      // mean + eps rounded twice, as the CPU's, whatever the compiler fuses: at the power-of-two head_dims the mean
+      // is an exact scaling (the same bits as the division), at 96 a division.
+      constexpr bool kPow2 = (HD & (HD - 1)) == 0;
+      const float mean = kPow2 ? __fmul_rn(ss, 1.0f / HD) : __fdiv_rn(ss, static_cast<float>(HD));
+      const float r = 1.0f / sqrtf(__fadd_rn(mean, p.eps));
 #pragma unroll
       for (int j = 0; j < kPer; ++j) dst[lane + 32 * j] = f2bf(round_bf(bf2f(x[j]) * r) * wv[j]);
     } else {
@@ -253,11 +264,13 @@ __device__ __forceinline__ void attn_norm_rotate_body(const KernelParams& p, int
     }
   }
   __syncthreads();
-  for (int i = tid; i < G * HD; i += kThreads) {  // attn_rotate_q from the staged heads
+  // attn_rotate_q from the staged heads. Two elements per thread at a time: unrolled as the compiler chooses, the
+  // body inlined in the head_dim-128 counter kernel grew by a quarter; not unrolled, that kernel spilled 8 bytes.
+#pragma unroll 2
+  for (int i = tid; i < G * HD; i += kThreads) {
     const int g = i / HD, d = i - g * HD;
     const int dp = d < half ? d + half : d - half;
-    const float x = bf2f(st[g * HD + d]), xp = bf2f(st[g * HD + dp]);
-    qf[g * (HD + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    qf[g * (HD + 4) + d] = attn_rope_explicit(bf2f(st[g * HD + d]), bf2f(st[g * HD + dp]), d, half, cs);
     of[i] = 0.f;
   }
   if (tid < G) {
@@ -271,11 +284,9 @@ __device__ __forceinline__ void attn_norm_rotate_body(const KernelParams& p, int
     uint16_t* vb = reinterpret_cast<uint16_t*>(smem + L.vbuf);
     const uint16_t* kn = st + G * HD;
     const uint16_t* vn = st + (G + 1) * HD;
-    for (int d = tid; d < HD; d += kThreads) {
+    for (int d = tid; d < HD; d += kThreads) {  // (one pass: HD < kThreads)
       const int dp = d < half ? d + half : d - half;
-      const float x = bf2f(kn[d]), xp = bf2f(kn[dp]);
-      const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
-      const uint16_t kr = f2bf(r);
+      const uint16_t kr = f2bf(attn_rope_explicit(bf2f(kn[d]), bf2f(kn[dp]), d, half, cs));
       kc[pos * HD + d] = kr;
       vc[pos * HD + d] = vn[d];
       if (first_local) {  // the staged first chunk gets the new row directly (same bf16 values)
