@@ -265,7 +265,7 @@ __device__ __forceinline__ void attn_norm_rotate_body(const KernelParams& p, int
   }
   __syncthreads();
   // attn_rotate_q from the staged heads. Two elements per thread at a time: unrolled as the compiler chooses, the
-  // body inlined in the head_dim-128 counter kernel grew by a quarter; not unrolled, that kernel spilled 8 bytes.
+  // body inlined in the head_dim-128 counter kernel is a quarter longer; not unrolled, that kernel spills 8 bytes.
 #pragma unroll 2
   for (int i = tid; i < G * HD; i += kThreads) {
     const int g = i / HD, d = i - g * HD;
@@ -305,7 +305,7 @@ __device__ __noinline__ void attn_norm_rotate_call(const KernelParams& p, int32_
                                                    int32_t knorm, int64_t pos, bool prestaged, uint32_t epoch) {
   attn_norm_rotate_body<HD>(p, kvh, part, layer, in_buf, in2_buf, in3_buf, qnorm, knorm, pos, prestaged, epoch);
 }
-// Out of line (Llama's tiles never run it), except in the head_dim-128 counter kernel: there the call made the tile
+// Out of line (Llama's tiles never run it), except in the head_dim-128 counter kernel: there the call makes the tile
 // loop spill 20 bytes and the inlined body spills nothing, while inlined in the other kernels it spills 8-24 bytes
 // (ptxas, scripts/sass.sh).
 template <int HD>

@@ -240,7 +240,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
     }
     case kOpAttn:
       // Per-head q/k norms (Qwen3): q rotated and the new row appended here, before attn_tile (called inside it, the
-      // head_dim-64 counter kernel's stack frame grew by 8 bytes).
+      // head_dim-64 counter kernel's stack frame is 8 bytes larger).
       if (t.norm >= 0 || t.weight2 >= 0)
         attn_norm_rotate<HD>(p, t.aux0, t.aux1, t.layer, t.in_buf, t.in2_buf, t.in3_buf, t.norm, t.weight2, sc.pos,
                              attn_pre, sc.epoch);
