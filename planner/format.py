@@ -98,18 +98,20 @@ COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share
 # Elements (positions x head_dim) of K (and of V) an ATTN tile stages per chunk in the CUDA kernel. The planner's
 # default attn_single is one chunk of positions (planner/graph.py default_single).
 ATTN_CHUNK_ELEMS = 8192
-# The CUDA kernel's attention warp path takes at most ATTN_WARPS_MAX_GROUP query heads per KV head and
-# head_dim ATTN_WARPS_HEAD_DIM: 8 positions per warp of its 16 in a chunk of ATTN_CHUNK_ELEMS / head_dim positions, one
-# lane per 8 dims of o. Its default variants run only these shapes (decode_kernel.h attn_warps_fit).
-ATTN_WARPS_MAX_GROUP = 4
-ATTN_WARPS_HEAD_DIM = 64
+# The CUDA kernel's attention runs on its tensor-core warp path: 8 positions per warp of its 16 in a chunk of
+# ATTN_CHUNK_ELEMS / head_dim positions, the G query heads of a KV head as the fragment rows (lane >> 2: at most 8),
+# one kernel instantiation per head_dim of ATTN_WARPS_HEAD_DIMS (decode_kernel.h attn_warps_fit, launch_decode).
+# The op refuses any other shape by name.
+ATTN_WARPS_MAX_GROUP = 8
+ATTN_WARPS_HEAD_DIMS = (64, 96, 128)
 
 
 def attn_warps_fit(num_heads: int, num_kv_heads: int, head_dim: int) -> bool:
-    """Whether the kernel's attention warp path takes this shape (the C++ check reads the same two constants)."""
+    """Whether the CUDA kernel's attention warp path takes this shape (the C++ rule is rendered from the same
+    constants)."""
     if num_kv_heads <= 0 or num_heads % num_kv_heads:
         return False
-    return num_heads // num_kv_heads <= ATTN_WARPS_MAX_GROUP and head_dim == ATTN_WARPS_HEAD_DIM
+    return num_heads // num_kv_heads <= ATTN_WARPS_MAX_GROUP and head_dim in ATTN_WARPS_HEAD_DIMS
 
 
 class Op(enum.IntEnum):
@@ -464,7 +466,9 @@ def _render_constants() -> list[str]:
         f"constexpr int32_t kCounterStrideWords = {COUNTER_STRIDE_WORDS};",
         f"constexpr int32_t kAttnChunkElems = {ATTN_CHUNK_ELEMS};",
         f"constexpr int32_t kAttnWarpsMaxGroup = {ATTN_WARPS_MAX_GROUP};",
-        f"constexpr int32_t kAttnWarpsHeadDim = {ATTN_WARPS_HEAD_DIM};",
+        "// The warp path's head_dims: one kernel instantiation each (X(hd) per head_dim), and as text for messages.",
+        f"#define TILE_ATTN_HEAD_DIMS(X) {' '.join(f'X({hd})' for hd in ATTN_WARPS_HEAD_DIMS)}",
+        f"constexpr const char* kAttnWarpsHeadDimsText = {_c_string(', '.join(map(str, ATTN_WARPS_HEAD_DIMS)))};",
         f"constexpr int32_t kNumSlots = {len(SLOTS)};",
         f"constexpr int32_t kMaxLayerSlots = {MAX_LAYER_SLOTS};",
         f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",
@@ -608,7 +612,8 @@ def _render_rules() -> list[str]:
         hd,
         "constexpr bool attn_warps_fit(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {",
         "  return num_kv_heads > 0 && num_heads % num_kv_heads == 0 &&",
-        "         num_heads / num_kv_heads <= kAttnWarpsMaxGroup && head_dim == kAttnWarpsHeadDim;",
+        "         num_heads / num_kv_heads <= kAttnWarpsMaxGroup &&",
+        f"         ({' || '.join(f'head_dim == {hd}' for hd in ATTN_WARPS_HEAD_DIMS)});",
         "}",
         "",
     ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU correctness and speed report of the persistent decode kernel (tiles::decode_step on CUDA).
 
-    python scripts/kernel_check.py [--quick] [--no-baseline] [--fivestep] [--json PATH]
+    python scripts/kernel_check.py [--quick] [--no-baseline] [--hd128] [--json PATH]
 
 Measures, in one run on one GPU:
   - the read bandwidth (tiles_ext.bench.bandwidth, the benchmark's; the floor is the model's weight bytes over it),
@@ -13,8 +13,8 @@ Measures, in one run on one GPU:
     runtime picks (tiles_ext.runtime.choose_handoff);
   - the PyTorch baseline (--no-baseline skips it): the Transformers decode step (StaticCache) captured into a CUDA
     graph (torch.compile(mode="reduce-overhead") if manual capture fails);
-  - --fivestep: the same hand-off checks and timings on a Llama-3.2-3B-shaped model (head_dim 128: the kernels with
-    the five-step attention loop).
+  - --hd128: the same hand-off checks and timings on Llama-3.2-3B (configs/llama-3.2-3b-config.json, random
+    weights: head_dim 128, G 3, the attention's warp path in its head_dim-128 kernels), at contexts 32 and 2000.
 Writes JSON to docs/results/kernel-<gpu>-<date>.json (or --json) and $OUT/kernel_check.json when $OUT is set (after
 every section), prints a summary table. Exit status 1 when a check failed.
 """
@@ -242,21 +242,12 @@ def check_model(name, cfg, bw, iters, ctxs, res, save, long_ctx=None):
     return model, plan
 
 
-def llama_3b_shape():
-    """Llama-3.2-3B's shape (head_dim 128, 24 heads over 8 KV heads, 28 layers) on Llama-3.2-1B's config: a model
-    the attention's warp path does not take."""
-    c = load_config("llama-3.2-1b")
-    return c.__class__.from_dict({**c.to_dict(), "hidden_size": 3072, "num_attention_heads": 24,
-                                  "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
-                                  "num_hidden_layers": 28})
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer timing iterations")
     ap.add_argument("--no-baseline", action="store_true", help="skip the Transformers CUDA-graph baseline")
-    ap.add_argument("--fivestep", action="store_true",
-                    help="also a Llama-3.2-3B-shaped model (head_dim 128: the five-step attention kernels)")
+    ap.add_argument("--hd128", action="store_true",
+                    help="also Llama-3.2-3B (head_dim 128: the attention's head_dim-128 kernels)")
     ap.add_argument("--json", default=None, help="result file (default docs/results/kernel-<gpu>-<date>.json)")
     args = ap.parse_args()
     iters = 50 if args.quick else 200
@@ -307,8 +298,8 @@ def main():
     torch.cuda.empty_cache()
 
     shapes = [("smollm2_135m", load_config("smollm2-135m"), (32, 2000))]
-    if args.fivestep:
-        shapes.append(("llama_3b_shape", llama_3b_shape(), (32, 2000)))
+    if args.hd128:
+        shapes.append(("llama_3b", load_config("llama-3.2-3b"), (32, 2000)))
     for name, cfg, ctxs in shapes:
         try:
             model, plan = check_model(name, cfg, bw, iters, ctxs, res, save)
@@ -322,7 +313,7 @@ def main():
     log("\n=== kernel_check summary ===")
     log(f"GPU {res['gpu']} ({res['sm_count']} SMs), read bandwidth {bw:.3f} TB/s")
     log(f"{'case':<44}{'ms/token':>10}{'floor frac':>12}")
-    for name in ("llama_1b", "smollm2_135m", "llama_3b_shape"):
+    for name in ("llama_1b", "smollm2_135m", "llama_3b"):
         r = res.get(name)
         if not r:
             continue

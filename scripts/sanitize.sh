@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck and racecheck over small decode runs of the persistent kernels: a tiny random Llama on
-# 8 workers, one single-token and one multi-token launch, for each hand-off (counters, flags) and attention kernel
-# (head_dim 64: the warp path; 128: the five-step loop). Prints CLEAN / NOT CLEAN per tool; exit status 0 only when
-# both tools are clean. TILES_WAIT_TIMEOUT_MS defaults to 120000 here (the tools slow the kernel down).
+# compute-sanitizer memcheck and racecheck over small decode runs of the persistent kernels: tiny random 2-layer
+# models on 8 workers, one single-token and one multi-token launch, for each hand-off (counters, flags) and case:
+#   llama-hd64, llama-hd128   the head_dim-64 and -128 kernels (G 2)
+#   qwen2-bias                q/k/v biases (the QKV epilogue's staged bias words), G 7 at head_dim 64
+#   qwen3-qknorm              per-head q/k RMSNorms, head_dim 128, q width 512 at hidden 256
+#   phi3-hd96                 the head_dim-96 kernels (chunks of 85 positions), G 1
+# Prints CLEAN / NOT CLEAN per tool; exit status 0 only when both tools are clean. TILES_WAIT_TIMEOUT_MS defaults to
+# 120000 here (the tools slow the kernel down).
 # Usage: bash scripts/sanitize.sh [--logdir DIR] [--cache N] [--pos P] [--handoffs counters,flags]
-#                                 [--head-dims 64,128] [--timeout S] [--python PY]
+#                                 [--cases llama-hd64,...] [--timeout S] [--python PY]
 #   --logdir     where sanitize-<tool>.log goes (default /tmp)
 #   --cache, --pos  cache length and position (default 64 / 40: one K/V chunk; e.g. 1024 / 700 for attention tiles
 #                of several chunks, the double buffer's later chunks)
+#   --cases      a comma-separated subset of the cases above (default all)
 #   --timeout    seconds per tool (default 300)
 #   --python     the python that runs the decode (default python3)
 set -u
-LOGDIR=/tmp CACHE=64 POS=40 HANDOFFS=counters,flags HEAD_DIMS=64,128 TIMEOUT=300 PY=python3
+LOGDIR=/tmp CACHE=64 POS=40 HANDOFFS=counters,flags CASES=llama-hd64,llama-hd128,qwen2-bias,qwen3-qknorm,phi3-hd96
+TIMEOUT=300 PY=python3
 while [ $# -gt 0 ]; do
   case "$1" in
     --logdir) LOGDIR=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
     --pos) POS=$2; shift 2 ;;
     --handoffs) HANDOFFS=$2; shift 2 ;;
-    --head-dims) HEAD_DIMS=$2; shift 2 ;;
+    --cases) CASES=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "sanitize: unknown argument: $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -33,31 +39,42 @@ import sys
 
 import torch
 import tiles_ext  # noqa: F401
-from transformers import LlamaConfig
+from transformers import AutoConfig
 from tiles_ext.errors import check_state
 from tiles_ext.models import random_model
 from tiles_ext.planner.plan import GpuTarget, build_plan
 from tiles_ext.runtime import TileRuntime, model_weights, rope_tables
 
+# case: (model_type, hidden, heads, kv heads, head_dim)
+CASES = {"llama-hd64": ("llama", 256, 4, 2, 64), "llama-hd128": ("llama", 256, 4, 2, 128),
+         "qwen2-bias": ("qwen2", 448, 7, 1, 64), "qwen3-qknorm": ("qwen3", 256, 4, 2, 128),
+         "phi3-hd96": ("phi3", 384, 4, 4, 96)}
 n, p = int(sys.argv[1]), int(sys.argv[2])
-for hd in (int(x) for x in sys.argv[4].split(",")):
-    cfg = LlamaConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=hd,
-                      intermediate_size=512, num_hidden_layers=2, vocab_size=512, max_position_embeddings=4096)
+for case in sys.argv[4].split(","):
+    model_type, hidden, heads, kvh, hd = CASES[case]
+    cfg = AutoConfig.for_model(model_type, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kvh,
+                               head_dim=hd, intermediate_size=512, num_hidden_layers=2, vocab_size=512,
+                               max_position_embeddings=4096, pad_token_id=None, eos_token_id=None,
+                               tie_word_embeddings=False)
     model = random_model(cfg, device="cuda", seed=0)
+    with torch.no_grad():  # non-zero biases (Transformers initialises them to zero)
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                mod.bias.uniform_(-0.5, 0.5)
     plan = build_plan(cfg, workers=8, gpu=GpuTarget.of_device("cuda"))
     w = model_weights(model)
     inv, scale = rope_tables(model)
     for handoff in sys.argv[3].split(","):
         rt = TileRuntime(plan, "cuda", handoff)
-        k = [torch.randn(1, 2, n, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-        v = [torch.randn(1, 2, n, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        k = [torch.randn(1, kvh, n, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        v = [torch.randn(1, kvh, n, hd, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
         ids, pos = torch.tensor([3], device="cuda"), torch.tensor([p], device="cuda")
         l1, t1 = rt.step(w, k, v, ids, pos, inv.cuda(), scale, 1, [])
         l4, t4 = rt.step(w, k, v, ids, pos, inv.cuda(), scale, 4, [])
         torch.cuda.synchronize()
         check_state(rt.state, plan)
         assert torch.isfinite(l4).all() and int(t4[0]) == int(t1[0])
-        print(f"head_dim {hd} {handoff}: tokens {t4.tolist()}")
+        print(f"{case} {handoff}: tokens {t4.tolist()}")
 print("small decode runs ok")
 PYEOF
 export TILES_WAIT_TIMEOUT_MS=${TILES_WAIT_TIMEOUT_MS:-120000} PYTHONUNBUFFERED=1
@@ -65,7 +82,7 @@ status=0
 for tool in memcheck racecheck; do
   log="$LOGDIR/sanitize-$tool.log"
   (cd "$ROOT" && timeout "$TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      --kernel-name kns=decode_kernel "$PY" "$script" "$CACHE" "$POS" "$HANDOFFS" "$HEAD_DIMS") >"$log" 2>&1
+      --kernel-name kns=decode_kernel "$PY" "$script" "$CACHE" "$POS" "$HANDOFFS" "$CASES") >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && grep -q "small decode runs ok" "$log"; then
     echo "sanitize $tool: CLEAN ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1))"

@@ -1,9 +1,10 @@
 #!/bin/bash
-# The decode kernels' SASS on this machine (no GPU needed): compiles the eight kernels (decode_kernel_*.cu) for sm_90a
-# with the extension's device flags (-O3 -lineinfo; extra -D flags as arguments), prints ptxas' registers / stack /
-# spills and two md5s of each kernel's SASS: raw (encodings dropped), and normalised (also constant-bank offsets and
-# symbol names, so a change of KernelParams' layout or of a file name leaves it). Writes /tmp/sass_TAG_<kernel>.norm
-# (the normalised listing: diff two tags' files to see what changed) and .txt (nvdisasm -g -c, with source lines).
+# The decode kernels' SASS on this machine (no GPU needed): compiles every kernel (decode_kernel_*.cu: counters and
+# flags x the attention's head_dims, each with and without the sampler) for sm_90a with the extension's device flags
+# (-O3 -lineinfo; extra -D flags as arguments), prints ptxas' registers / stack / spills and two md5s of each
+# kernel's SASS: raw (encodings dropped), and normalised (also constant-bank offsets and symbol names, so a change of
+# KernelParams' layout or of a file name leaves it). Writes /tmp/sass_TAG_<kernel>.norm (the normalised listing: diff
+# two tags' files to see what changed) and .txt (nvdisasm -g -c, with source lines).
 # cuobjdump / nvdisasm: from PATH, /opt/cudatools or /tmp/cuobj (the nvidia-cuda-cuobjdump / -nvdisasm wheels,
 # downloaded and unpacked there once when neither has them).
 # Usage: bash scripts/sass.sh TAG [-DMACRO=value ...]
@@ -29,8 +30,7 @@ normalise() {
           s@Function : .*@Function : KERNEL@; s@_INTERNAL_[0-9a-f]+_[0-9]+_[A-Za-z0-9_]+_cu_[0-9a-f]+@INTERNAL@g;
           s@_GLOBAL__N__[0-9a-f]+_[0-9]+_[A-Za-z0-9_]+_cu_[0-9a-f]+@ANON@g' | grep -v '^\s*$'
 }
-for v in counters flags counters_fivestep flags_fivestep counters_sampler flags_sampler counters_fivestep_sampler \
-    flags_fivestep_sampler; do
+for v in $(ls csrc/cuda/decode_kernel_*.cu | sed -E 's@.*/decode_kernel_(.*)\.cu@\1@' | sort -V); do
   out=/tmp/sass_${tag}_$v
   nvcc -std=c++17 --expt-relaxed-constexpr -lineinfo -O3 -gencode=arch=compute_90a,code=sm_90a -DTILE_WITH_CUDA=1 \
     -I csrc -I csrc/generated "$@" -Xptxas -v -cubin -o "$out.cubin" "csrc/cuda/decode_kernel_$v.cu" 2> "$out.ptxas"

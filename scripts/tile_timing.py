@@ -3,7 +3,7 @@
 
     python scripts/tile_timing.py [--model llama-3.2-1b] [--ctx 32] [--steps 8] [--handoff counters] [--json PATH]
 
-Builds the eight kernels (csrc/cuda/decode_kernel_*.cu) with -DTILE_TIMING=1 plus scripts/tile_timing_launch.cu into
+Builds the kernels (csrc/cuda/decode_kernel_*.cu) with -DTILE_TIMING=1 plus scripts/tile_timing_launch.cu into
 a shared library in --build-dir (nvcc, ~1 min; the product extension has no timing code), runs `steps` tokens of a
 random-weight model on the plan, and reads %globaltimer at six points of every tile: start (before staging and the
 wait), wait done, signalled, and three phase marks (decode_kernel.h kTileTimes). For each stage (all tiles of one op in one layer) it

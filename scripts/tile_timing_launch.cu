@@ -1,4 +1,4 @@
-// C entry point of the per-tile timing build (scripts/tile_timing.py compiles it with the four kernels'
+// C entry point of the per-tile timing build (scripts/tile_timing.py compiles it with the kernels'
 // csrc/cuda/decode_kernel_*.cu and -DTILE_TIMING=1 into a shared library and calls it through ctypes). It fills
 // KernelParams from raw device pointers exactly as the torch glue does (csrc/cuda/decode_step_cuda.cpp) and adds the
 // timestamp buffer. Not part of the product build (setup.py compiles csrc/ only).

@@ -1,8 +1,9 @@
 """Buffer-by-buffer agreement of the CUDA kernels with the CPU reference executor after one step (skipped without
 CUDA or without the CPU executor). Both executors use the same plan, so the scratch arenas have the same layout (the
 flagged arena's elements at twice their offsets): the first buffer that diverges names the op that is wrong. Both
-hand-offs, the attention's warp path (head_dim 64) and the five-step kernels (head_dim 128). Also a diagnostic: it
-prints every buffer's error.
+hand-offs, Llama at head_dim 64 and 128, and the families' numeric features and shapes: Qwen2's q/k/v biases (G 7),
+Qwen3's per-head q/k norms (q width other than hidden), Phi-3's head_dim 96. Also a diagnostic: it prints every
+buffer's error.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 if torch.cuda.is_available():
     import tiles_ext  # noqa: F401
-    from parity_helpers import tiny_config, tiny_model
+    from parity_helpers import family_config, tiny_model
     from tiles_ext.errors import check_state
     from tiles_ext.planner import format as fmt
     from tiles_ext.planner.plan import GpuTarget, build_plan
@@ -27,8 +28,13 @@ else:
 
 DTYPES = {0: torch.float32, 1: torch.bfloat16, 2: torch.int32}
 
-# (hidden, heads, kv, head_dim, intermediate, layers, workers)
-CASES = [(264, 6, 2, 64, 456, 2, 7), (392, 8, 2, 128, 1000, 1, 13), (256, 4, 4, 64, 512, 1, 132)]
+# (model_type, hidden, heads, kv, head_dim, intermediate, layers, workers). Every case has more than one attention
+# partition: a partition-0 ATTN tile that keeps its partials local (marked MERGE-next, partition 0 holding every
+# position) leaves its slots of the partials buffer unwritten on the GPU, and the empty partitions' m = -inf (compared
+# as -1e30) are what keeps that buffer's relative error small.
+CASES = [("llama", 264, 6, 2, 64, 456, 2, 7), ("llama", 392, 8, 2, 128, 1000, 1, 13),
+         ("llama", 256, 4, 4, 64, 512, 1, 132), ("qwen2", 896, 14, 2, 64, 512, 1, 13),
+         ("qwen3", 256, 4, 2, 128, 512, 2, 7), ("phi3", 384, 4, 4, 96, 768, 1, 13)]
 
 
 def _buffers(plan, scratch, flagged=False):
@@ -60,10 +66,10 @@ def plan_buffer_names(plan):
 
 @pytest.mark.skipif(not _cpu_op_available(), reason="CPU reference executor not built")
 @pytest.mark.parametrize("handoff", ["counters", "flags"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"h{c[0]}-q{c[1]}-kv{c[2]}-hd{c[3]}-W{c[6]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-h{c[1]}-q{c[2]}-kv{c[3]}-hd{c[4]}-W{c[7]}")
 def test_scratch_buffers_match_cpu_after_each_step(case, handoff):
-    h, nh, nkv, hd, inter, layers, workers = case
-    cfg = tiny_config(h, nh, nkv, hd, inter, layers)
+    model_type, h, nh, nkv, hd, inter, layers, workers = case
+    cfg = family_config(model_type, h, nh, nkv, hd, inter, layers)
     model = tiny_model(cfg, seed=1)
     workers = min(workers, torch.cuda.get_device_properties(0).multi_processor_count)
     plan_g = build_plan(cfg, workers=workers, gpu=GpuTarget.of_device("cuda"))

@@ -1,14 +1,14 @@
 """The persistent CUDA kernels of tiles::decode_step (skipped without CUDA).
 
-Four kernels: counter or flag-in-data hand-offs, each with the attention's warp path (attn_warps_fit: G <= 4, head_dim
-64) or the five-step chunk loop (every other shape). Parity: teacher-forced against Transformers on the GPU,
-calibrated for BF16 (op error vs HF fp32 at most 1.5x Transformers-BF16's own), on tiny random configs of both
-attention shapes with both hand-offs, a SmolLM2-135M-shaped and the Llama-3.2-1B config (random BF16 weights, full
-size). Agreement with the CPU reference executor on the same plan and inputs. Bit-identical results across repeated
+A kernel per hand-off (counters or flag-in-data words) and head_dim (64, 96, 128: the attention's warp path, G <= 8).
+Parity: teacher-forced against Transformers on the GPU, calibrated for BF16 (op error vs HF fp32 at most 1.5x
+Transformers-BF16's own), on tiny random Llama configs of head_dim 64 and 128 and G 1-8 with both hand-offs, a
+SmolLM2-135M-shaped and the Llama-3.2-1B config (random BF16 weights, full size); the other families' shapes and
+numeric features: test_cuda_families.py. Agreement with the CPU reference executor on the same plan and inputs. Bit-identical results across repeated
 runs, between single-token and multi-token launches and between the two hand-offs. opcheck, CUDA-graph capture and
 torch.compile(mode="reduce-overhead"). Errors: an unsatisfiable wait raises a timeout naming worker and tile
 instead of hanging; bad tokens, a full cache, a wrong arena, a layout beyond shared memory and a plan for another
-GPU raise clear errors.
+GPU raise clear errors, and so does a shape the kernel does not serve (head_dim, G), by name.
 """
 from __future__ import annotations
 
@@ -101,9 +101,9 @@ def assert_parity(rep, what):
 
 
 # (hidden, heads, kv, head_dim, intermediate, layers, tied, llama3, workers); workers None = one per SM. TINY[2] and
-# TINY[4] (head_dim 128) and TINY[3] (G 8) run the five-step kernels, the others the warp path. The last one's LM-head
-# tiles (1000 rows) hold more rows than hidden, so its partial argmax reads them back through L2; the others' come
-# from shared memory.
+# TINY[4] run the head_dim-128 kernels (chunks of 64 positions: 8 warps hold positions), TINY[3] G 8 (every fragment
+# row a head), the others head_dim 64 at G 1-3. The last one's LM-head tiles (1000 rows) hold more rows than hidden,
+# so its partial argmax reads them back through L2; the others' come from shared memory.
 TINY = [
     (360, 6, 6, 64, 712, 1, False, False, 7),
     (264, 6, 2, 64, 456, 2, True, True, None),
@@ -193,11 +193,11 @@ def test_cuda_matches_cpu_executor(params):
 
 @pytest.mark.skipif(not _cpu_op_available(), reason="CPU reference executor not built")
 @pytest.mark.parametrize("handoff", HANDOFFS)
-@pytest.mark.parametrize("params", [TINY[1], TINY[2]], ids=["warp-path-G3-hd64", "five-step-hd128"])
+@pytest.mark.parametrize("params", [TINY[1], TINY[2]], ids=["G3-hd64", "G4-hd128"])
 def test_long_context_attention_matches_cpu_executor(params, handoff):
-    """Several K/V chunks per partition, a short last chunk and the new row in a later chunk: TINY[1]'s shape runs the
-    attention's warp path (each warp owns 8 positions of a chunk, the warps' states combined once per tile), TINY[2]'s
-    (head_dim 128) the five-step chunk loop in its own kernels. With either hand-off both agree with the CPU
+    """Several K/V chunks per partition, a short last chunk and the new row in a later chunk, on the attention's warp
+    path (each warp owns 8 positions of a chunk, the warps' states combined once per tile) at head_dim 64 (chunks of
+    128 positions, all 16 warps) and 128 (chunks of 64, 8 warps). With either hand-off both agree with the CPU
     reference executor within fp32 accumulation-order noise, over 8 steps from position 700."""
     h, nh, nkv, hd, inter, layers, tied, llama3, _ = params
     cfg = tiny_config(h, nh, nkv, hd, inter, layers, tied=tied, llama3=llama3)
@@ -219,7 +219,7 @@ def test_long_context_attention_matches_cpu_executor(params, handoff):
     check_state(bg.rt.state, plan)
     d = rel_err(torch.stack(og), torch.stack(oc))
     kd = max(rel_err(a.cpu().float(), b.float()) for a, b in zip(kg, kc))
-    print(f"{'warp path' if hd == 64 else 'five-step'} {handoff}: cuda-vs-cpu {d:.2e}, cache {kd:.2e}")
+    print(f"head_dim {hd} {handoff}: cuda-vs-cpu {d:.2e}, cache {kd:.2e}")
     assert d <= 1e-2, f"CUDA vs CPU logits differ by {d:.2e} at {ctx} positions"
     assert kd <= 2e-2
 
@@ -237,16 +237,16 @@ def _llama_small_bound(steps_cache=256):
     return _small_bound(TINY[1], steps_cache)
 
 
-# The warp path's shape and the five-step kernels' (head_dim 128).
+# The head_dim-64 and head_dim-128 kernels.
 SHAPES = [TINY[1], TINY[2]]
-SHAPE_IDS = ["warp-path", "five-step"]
+SHAPE_IDS = ["hd64", "hd128"]
 
 
 @pytest.mark.parametrize("handoff", HANDOFFS)
 @pytest.mark.parametrize("params", SHAPES, ids=SHAPE_IDS)
 def test_bit_identical_repeats_and_modes(params, handoff):
     """20 repeated multi-token launches from the same state give identical bits; single-token launches chained
-    by their own tokens reproduce the multi-token launch exactly. Each of the four kernels."""
+    by their own tokens reproduce the multi-token launch exactly. Both hand-offs at head_dim 64 and 128."""
     cfg, model, plan, ids, cache = _small_bound(params)
     k, v = kv(cache)
     b = Bound(model, plan, handoff=handoff)
@@ -273,7 +273,7 @@ def test_bit_identical_repeats_and_modes(params, handoff):
 @pytest.mark.parametrize("params", SHAPES, ids=SHAPE_IDS)
 def test_multi_token_eos_stops_early(params, handoff):
     """An EOS token ends the launch after its step: later tokens -1, their logits NaN, the state's steps done and
-    epoch advanced by the steps that ran. Each of the four kernels."""
+    epoch advanced by the steps that ran. Both hand-offs at head_dim 64 and 128."""
     cfg, model, plan, ids, cache = _small_bound(params)
     k, v = kv(cache)
     b = Bound(model, plan, handoff=handoff)
@@ -368,14 +368,14 @@ def test_flag_and_counter_handoffs_are_bit_identical():
 
 
 @pytest.mark.parametrize("params", [TINY[3], TINY[2]], ids=["G8", "hd128"])
-def test_shapes_outside_the_warp_path_run_both_handoffs(params):
-    """A G 8 and a head_dim 128 model run the five-step kernels with either hand-off: the automatic choice takes
-    flags for these small models, an explicit 'flags' is accepted, and both hand-offs give the same bits from a
-    context inside one attention chunk and across partitions."""
+def test_g8_and_hd128_run_both_handoffs(params):
+    """A G 8 (every fragment row a head) and a head_dim 128 model on the warp path with either hand-off: the automatic
+    choice takes flags for these small models, an explicit 'flags' is accepted, and both hand-offs give the same bits
+    from a context inside one attention chunk and across partitions."""
     cfg, model, _ = _tiny(params)
     plan = build_plan(cfg, workers=_workers(), gpu=_gpu())  # one worker per SM: a small layer per worker
     h = plan.header
-    assert not fmt.attn_warps_fit(h["num_heads"], h["num_kv_heads"], h["head_dim"])
+    assert fmt.attn_warps_fit(h["num_heads"], h["num_kv_heads"], h["head_dim"])
     assert Bound(model, plan).rt.handoff == "flags"
     g = torch.Generator().manual_seed(3)
     shp = (1, cfg.num_key_value_heads, 256, cfg.head_dim)
@@ -386,6 +386,32 @@ def test_shapes_outside_the_warp_path_run_both_handoffs(params):
         _, a = _launch_from(model, plan, "counters", k, v, kv0, 3, pos, 12)
         _, b = _launch_from(model, plan, "flags", k, v, kv0, 3, pos, 12)
         _assert_same_bits(a, b, f"{_tid(params)} pos {pos}")
+
+
+@pytest.mark.parametrize("heads,kv,hd,message", [
+    (4, 2, 32, r"head_dim 32; this build's kernel serves head_dim 64, 96, 128"),
+    (4, 2, 256, r"head_dim 256; this build's kernel serves head_dim 64, 96, 128"),
+    (9, 1, 64, r"9 query heads per KV head; this build's kernel serves at most 8"),
+], ids=["hd32", "hd256", "G9"])
+def test_shapes_the_kernel_does_not_serve_are_refused_by_name(heads, kv, hd, message):
+    """The CUDA op runs every shape of the warp path (head_dim 64, 96, 128; G <= 8) and refuses any other by name,
+    before the launch; the CPU reference executor runs them (shapes no family serves, planned from a ModelShape)."""
+    import dataclasses
+    from tiles_ext.families import shape_of
+    cfg = tiny_config(256, 4, 2, 64, 512, 1)
+    shape = dataclasses.replace(shape_of(cfg), num_heads=heads, num_kv_heads=kv, head_dim=hd)
+    plan = build_plan(shape, workers=7, gpu=_gpu())
+    g = torch.Generator().manual_seed(4)
+    weights = []
+    for slot, layer, rows, cols in plan.weights.tolist():
+        n = (rows, cols) if cols else (rows,)
+        weights.append((torch.randn(n, generator=g) * 0.05).to(DEV, torch.bfloat16))
+    rt = TileRuntime(plan, DEV)
+    k = [torch.zeros(1, kv, 16, hd, device=DEV, dtype=torch.bfloat16)]
+    v = [torch.zeros(1, kv, 16, hd, device=DEV, dtype=torch.bfloat16)]
+    inv = (1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))).to(DEV)
+    with pytest.raises(RuntimeError, match=message):
+        rt.step(weights, k, v, torch.tensor([1], device=DEV), torch.tensor([3], device=DEV), inv, 1.0)
 
 
 def test_cuda_graph_capture_matches_eager():

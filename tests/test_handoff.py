@@ -1,6 +1,6 @@
 """TileRuntime's choice of hand-off (tiles_ext/runtime.py choose_handoff): counters or flag-in-data words.
 
-The CUDA build runs both for every shape (csrc/cuda/decode_kernel_{counters,flags}[_fivestep].cu); which one a
+The CUDA build runs both for every shape (csrc/cuda/decode_kernel_{counters,flags}_hd<head_dim>.cu); which one a
 runtime gets decides its scratch arena's size and layout, so the choice is checked here on CPU with the kernel's
 constants stubbed. The GPU tests (test_cuda_kernel.py) check that the two give the same bits.
 """
@@ -10,7 +10,7 @@ import torch
 import tiles_ext  # noqa: F401
 from tiles_ext import runtime
 from tiles_ext.families import shape_of
-from tiles_ext.models import load_config
+from tiles_ext.models import available_configs, load_config
 from tiles_ext.planner.plan import build_plan
 
 CUDA = torch.device("cuda")  # a device object only: nothing runs on it here
@@ -83,24 +83,30 @@ def test_cpu_runtime_arena_is_the_plans():
         runtime.TileRuntime(plan, "cpu", handoff="flags")
 
 
-def test_attn_warps_fit_takes_the_two_embedded_models_and_refuses_other_shapes():
-    """The kernel's attention warp path (decode_kernel.h attn_warps_fit): G <= 4 query heads per KV head and head_dim
-    64 (8 positions per warp in a chunk of 128). Other shapes run the kernels with the five-step loop."""
-    assert runtime.attn_warps_fit(_header("llama-3.2-1b"))   # G 4, hd 64
-    assert runtime.attn_warps_fit(_header("smollm2-135m"))   # G 3, hd 64
-    assert runtime.attn_warps_fit(_shape_header(6, 6, 64))   # G 1
-    assert not runtime.attn_warps_fit(_shape_header(8, 1, 64))   # G 8: 64 (position, head) pairs per warp
-    assert not runtime.attn_warps_fit(_shape_header(8, 2, 128))  # hd 128: chunks of 64 positions
-    assert not runtime.attn_warps_fit(_shape_header(4, 2, 32))   # hd 32: chunks of 256 positions
-    assert not runtime.attn_warps_fit(_shape_header(6, 4, 64))   # heads not a multiple of the KV heads
+def test_attn_warps_fit_takes_every_shipped_model_and_refuses_other_shapes():
+    """The kernel's attention warp path (planner/format.py attn_warps_fit, rendered for decode_kernel.h): G <= 8
+    query heads per KV head (the fragment rows lane >> 2) and head_dim 64, 96 or 128, a kernel each. The op refuses
+    other shapes by name."""
+    for name in available_configs():
+        assert runtime.attn_warps_fit(_header(name)), name
+    assert runtime.attn_warps_fit(_shape_header(6, 6, 64))    # G 1
+    assert runtime.attn_warps_fit(_shape_header(8, 1, 64))    # G 8: the eight fragment rows
+    assert runtime.attn_warps_fit(_shape_header(14, 2, 64))   # G 7 (Qwen2.5-0.5B)
+    assert runtime.attn_warps_fit(_shape_header(10, 2, 96))   # G 5, hd 96: chunks of 85 positions
+    assert runtime.attn_warps_fit(_shape_header(8, 2, 128))   # hd 128: chunks of 64 positions
+    assert not runtime.attn_warps_fit(_shape_header(9, 1, 64))    # G 9
+    assert not runtime.attn_warps_fit(_shape_header(4, 2, 32))    # hd 32: chunks of 256 positions
+    assert not runtime.attn_warps_fit(_shape_header(4, 2, 256))   # hd 256
+    assert not runtime.attn_warps_fit(_shape_header(6, 4, 64))    # heads not a multiple of the KV heads
 
 
-@pytest.mark.parametrize("heads,kv,hd", [(8, 1, 64), (8, 2, 128), (24, 8, 128)], ids=["G8", "hd128", "llama-3b"])
-def test_flags_run_shapes_outside_the_warp_path(cuda_build, heads, kv, hd):
-    """The five-step kernels exist for both hand-offs: a small model outside the warp path gets flags as any other,
+@pytest.mark.parametrize("heads,kv,hd", [(8, 1, 64), (8, 2, 128), (10, 10, 96), (24, 8, 128)],
+                         ids=["G8", "hd128", "hd96", "llama-3b"])
+def test_flags_run_every_head_dim(cuda_build, heads, kv, hd):
+    """Both hand-offs have a kernel for every head_dim: a small model of any served shape gets flags as any other,
     and an explicit 'flags' is never refused for its shape."""
     h = _shape_header(heads, kv, hd)
-    assert not runtime.attn_warps_fit(h)
+    assert runtime.attn_warps_fit(h)
     assert runtime.layer_bytes_per_worker(h) < runtime.FLAG_HANDOFF_MAX_LAYER_BYTES_PER_WORKER
     assert runtime.choose_handoff(h, CUDA) == "flags"
     assert runtime.choose_handoff(h, CUDA, "flags") == "flags"

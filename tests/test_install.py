@@ -138,26 +138,42 @@ def test_nvcc_compiles_kernel_for_sm90a(source, tmp_path):
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
 
 
-# The per-tile timing build (scripts/tile_timing.py builds it with nvcc on the GPU machine): the eight kernels and the
+# The per-tile timing build (scripts/tile_timing.py builds it with nvcc on the GPU machine): every kernel and the
 # launcher with TILE_TIMING on, compiled here too, so that a kernel change that breaks the timing build fails CI, not
 # a device call.
 TOOL_BUILDS = {f"tile_timing_{p.stem}": (p, ["-DTILE_TIMING=1"]) for p in sorted(CUDA_DIR.glob("decode_kernel_*.cu"))}
 TOOL_BUILDS["tile_timing_launch"] = (REPO / "scripts" / "tile_timing_launch.cu", ["-DTILE_TIMING=1"])
 
 
-def test_the_kernels_are_the_eight_translation_units():
-    """Counter / flag hand-offs x the attention's warp path / the five-step loop x without / with the sampler: each
-    its own compilation of decode_kernel.cuh (decode_kernel.h declares their exports), and the build compiles exactly
-    these kernels."""
+def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler():
+    """Counter / flag hand-offs x the attention's head_dims (planner/format.py ATTN_WARPS_HEAD_DIMS) x without / with
+    the sampler: each its own compilation of decode_kernel.cuh with TILE_HEAD_DIM set, exporting
+    decode_<hand-off>_hd<head_dim>[_sampler]_*, which decode_kernel.h declares and launches for every head_dim of the
+    generated TILE_ATTN_HEAD_DIMS; the build compiles exactly these kernels, and every head_dim a family serves has its
+    kernels."""
+    from tiles_ext.families.base import HEAD_DIMS
+    from tiles_ext.planner import format as fmt
     names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")}
-    assert names == {f"decode_kernel_{h}{f}{s}.cu" for h in ("counters", "flags") for f in ("", "_fivestep")
+    assert names == {f"decode_kernel_{h}_hd{hd}{s}.cu" for h in ("counters", "flags") for hd in fmt.ATTN_WARPS_HEAD_DIMS
                      for s in ("", "_sampler")}
-    header = (CUDA_DIR / "decode_kernel.h").read_text()
+    assert set(HEAD_DIMS) <= set(fmt.ATTN_WARPS_HEAD_DIMS)
     for n in names:
-        prefix = n[len("decode_kernel_"):-len(".cu")]
-        assert f"decode_{prefix}_launch(" in header, prefix
-        assert f"TILE_VARIANT(name) decode_{prefix}_##name" in (CUDA_DIR / n).read_text(), n
-
+        handoff, hd, sampler = re.fullmatch(r"decode_kernel_(counters|flags)_hd(\d+)(_sampler)?\.cu", n).groups()
+        text = (CUDA_DIR / n).read_text()
+        assert f"#define TILE_HEAD_DIM {hd}\n" in text, n
+        assert f"#define TILE_VARIANT(name) decode_{handoff}_hd{hd}{sampler or ''}_##name" in text, n
+        assert ("#define TILE_FLAG_HANDOFF 1" in text) == (handoff == "flags"), n
+        assert ("#define TILE_SAMPLER 1" in text) == bool(sampler), n
+    header = (CUDA_DIR / "decode_kernel.h").read_text()
+    for handoff in ("counters", "flags"):
+        for sampler in ("", "_sampler"):
+            name = f"decode_{handoff}_hd##HD{'##' + sampler if sampler else ''}"
+            assert f"TILE_DECLARE_KERNEL({name})" in header, name
+            assert f"{name}_set_smem_limit(bytes)" in header, name
+            assert f"take({name}_blocks_per_sm)" in header, name
+            assert f"{name}_launch(p, stream)" in header, name
+    for use in ("TILE_DECLARE_KERNELS", "TILE_SET_LIMIT", "TILE_BLOCKS", "TILE_LAUNCH"):
+        assert f"TILE_ATTN_HEAD_DIMS({use})" in header, use
 
 @pytest.mark.parametrize("name", sorted(TOOL_BUILDS))
 def test_nvcc_compiles_measurement_tools(name, tmp_path):
@@ -224,7 +240,8 @@ def test_cuda_glue_syntax(source, tmp_path):
 
 # The host sizes every kernel's shared memory with its own smem_layout (kUnroll 4's stage); the flag kernels run at
 # kUnroll 3 and lay out their own, smaller stage inside that allocation. Compiled here with the flag define and
-# without, for both models' plans: the flag kernels' layout must fit inside the host's allocation.
+# without, for the plans of every shipped config: the flag kernels' layout must fit inside the host's allocation, and
+# both within the per-block limit.
 _SMEM_PROBE = r"""
 #include <cstdio>
 #include <cstring>
@@ -236,7 +253,7 @@ int main() {
   tiles::Header h;
   std::memcpy(&h, w, sizeof h);
   const tiles::cuda::SmemLayout L = tiles::cuda::smem_layout(h);
-  std::printf("%d %d %d %d\n", tiles::cuda::kUnroll, L.total, L.stage, L.kbuf2);
+  std::printf("%d %d %d %d %d\n", tiles::cuda::kUnroll, L.total, L.stage, L.kbuf2, tiles::cuda::kMaxSmemPerBlock);
   return 0;
 }
 """
@@ -247,7 +264,7 @@ def test_flag_kernel_shared_memory_fits_the_hosts(tmp_path):
     gxx = shutil.which("g++")
     if cuda_inc is None or gxx is None:
         pytest.skip("needs g++ and the CUDA runtime headers")
-    from tiles_ext.models import load_config
+    from tiles_ext.models import available_configs, load_config
     from tiles_ext.planner.plan import build_plan
     src = tmp_path / "smem_probe.cpp"
     src.write_text(_SMEM_PROBE)
@@ -258,22 +275,20 @@ def test_flag_kernel_shared_memory_fits_the_hosts(tmp_path):
                f"-I{cuda_inc}", str(src), "-o", str(exes[tag])]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stderr[-4000:]}"
-    llama = load_config("llama-3.2-1b")
-    # Llama-3.2-3B's shape (head_dim 128: the five-step kernels' chunk of 64 positions).
-    llama_3b = llama.__class__.from_dict({**llama.to_dict(), "hidden_size": 3072, "num_attention_heads": 24,
-                                          "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
-                                          "num_hidden_layers": 28})
-    for name, cfg in (("llama-3.2-1b", llama), ("smollm2-135m", load_config("smollm2-135m")),
-                      ("llama-3b-shape", llama_3b)):
-        words = " ".join(str(x) for x in build_plan(cfg, workers=132, validate=False).header_words())
+    # Every head_dim (64, 96, 128), G 1-7, q widths other than hidden, the q/k/v biases and norms.
+    names = available_configs()
+    assert {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "qwen3-8b", "phi-3-mini-4k"} <= set(names)
+    for name in names:
+        words = " ".join(str(x) for x in build_plan(load_config(name), workers=132, validate=False).header_words())
         got = {}
         for tag, exe in exes.items():
             out = subprocess.run([str(exe)], input=words, capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
             got[tag] = [int(x) for x in out.stdout.split()]
-        u_host, total_host, stage_host, _ = got["host"]
-        u_flags, total_flags, stage_flags, kbuf2_flags = got["flags"]
+        u_host, total_host, stage_host, _, limit = got["host"]
+        u_flags, total_flags, stage_flags, kbuf2_flags, _ = got["flags"]
         assert (u_host, u_flags) == (4, 3), f"{name}: kUnroll host {u_host}, flag kernel {u_flags}"
         assert total_flags <= total_host, f"{name}: the flag kernel needs {total_flags} B, the host gives {total_host}"
+        assert total_host <= limit, f"{name}: {total_host} B of shared memory per block, the limit is {limit}"
         # The same offsets up to the stage, which is a quarter smaller; the second K/V chunk still fits inside it.
         assert stage_flags == stage_host and kbuf2_flags == stage_flags, (name, got)

@@ -1,6 +1,6 @@
 """The sampler on the GPU (skipped without CUDA): tiles::sample_logits' kept sets and tokens equal the CPU
-reference's on the same logits; decode_step's in-kernel draws (counter and flag hand-offs, warp-path and five-step
-kernels, SAMPLE and GREEDY modes) equal sample_logits on the op's own logits rows, and do not depend on how the
+reference's on the same logits; decode_step's in-kernel draws (counter and flag hand-offs, the head_dim 64, 96 and
+128 kernels, SAMPLE and GREEDY modes) equal sample_logits on the op's own logits rows, and do not depend on how the
 launches are cut; NaN logits raise BAD_LOGITS naming the step; generate() samples reproducibly on a patched tiny
 model. What to time: tiles_ext.bench's sampling rows against greedy (scripts/gpu.sh)."""
 from __future__ import annotations
@@ -77,10 +77,11 @@ def test_gpu_sample_logits_reports_errors():
 
 # --- decode_step on the GPU ---------------------------------------------------------------------------------------
 
-# (hidden, heads, kv, head_dim, intermediate, layers, workers): the warp-path kernels (head_dim 64) and the five-step
-# ones (head_dim 128), each with both hand-offs; workers 1 puts every LM row in one tile (more rows than hidden: the
-# weight stage holds the processed scores).
-SHAPES = [(264, 6, 2, 64, 456, 2, None), (392, 8, 2, 128, 1000, 2, 7), (200, 2, 2, 64, 328, 1, 1)]
+# (hidden, heads, kv, head_dim, intermediate, layers, workers): the sampler kernels of every head_dim (64, 128, 96),
+# each with both hand-offs; workers 1 puts every LM row in one tile (more rows than hidden: the weight stage holds
+# the processed scores).
+SHAPES = [(264, 6, 2, 64, 456, 2, None), (392, 8, 2, 128, 1000, 2, 7), (384, 4, 4, 96, 640, 2, 9),
+          (200, 2, 2, 64, 328, 1, 1)]
 PROMPT = 6
 
 

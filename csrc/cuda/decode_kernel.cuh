@@ -14,12 +14,13 @@
 // This file holds the tile loop (run_tile), the kernel and its launch; the tiles' code is in parts that it includes
 // in this order, one job each: kernel_config.cuh (build switches, timing marks), device_helpers.cuh (PTX wrappers,
 // reductions), plan_access.cuh, waits.cuh (errors, counter waits, release; flag_data.cuh in flag builds),
-// matvec.cuh, attention.cuh, merge.cuh, sampler.cuh. Each of the eight kernels' translation units
-// (decode_kernel_{counters,flags}[_fivestep][_sampler].cu) compiles it once, with TILE_FLAG_HANDOFF (or not),
-// TILE_WARP_ATTENTION (1: the warp path, 0: the five-step loop), TILE_SAMPLER (1: the LMHEAD and ARGMAX tiles take
-// the op's sampler; 0 or undefined: the argmax of the logits) and TILE_VARIANT (the prefix of its exports) defined.
-#if !defined(TILE_WARP_ATTENTION) || !defined(TILE_VARIANT)
-#error "decode_kernel.cuh is compiled through decode_kernel_{counters,flags}[_fivestep].cu"
+// matvec.cuh, attention.cuh, merge.cuh, sampler.cuh. Each kernel's translation unit
+// (decode_kernel_<hand-off>_hd<head_dim>[_sampler].cu: counters or flags, one per head_dim of TILE_ATTN_HEAD_DIMS,
+// each with and without the sampler) compiles it once, with TILE_FLAG_HANDOFF (or not), TILE_HEAD_DIM (the head_dim
+// of its attention), TILE_SAMPLER (1: the LMHEAD and ARGMAX tiles take the op's sampler; 0 or undefined: the argmax
+// of the logits) and TILE_VARIANT (the prefix of its exports) defined.
+#if !defined(TILE_HEAD_DIM) || !defined(TILE_VARIANT)
+#error "decode_kernel.cuh is compiled through decode_kernel_{counters,flags}_hd<head_dim>[_sampler].cu"
 #endif
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -228,13 +229,14 @@ __device__ __noinline__ bool argmax_sample(const KernelParams& p, const float* p
 // ATTN tile waits for the attention chain (~5 us at short context), so its warps can issue their batches one after
 // another instead of at once: the burst no longer fills L2's queues while MERGE stores and releases (without O's
 // staging MERGE's span fell 2.1 -> 1.5 us). Warp w issues w x kPaceOCycles after the tile starts.
-__device__ __forceinline__ void stage_paced(const KernelParams& p, const Tile& t, uint8_t* stage, bool after_attn) {
+__device__ __forceinline__ void stage_paced(const KernelParams& p, const Tile& t, uint8_t* stage, uint16_t* bias,
+                                            bool after_attn) {
   if (!kFlags && after_attn && t.op == kOpResid && weight_cols(p, t.weight) != p.h.intermediate) {
     const long long t0 = clock64(), d = static_cast<long long>(threadIdx.x >> 5) * kPaceOCycles;
     while (clock64() - t0 < d) {
     }
   }
-  stage_first_batch(p, t, stage);
+  stage_first_batch(p, t, stage, bias);
 }
 
 // A matvec tile's input vector into shared memory: RESID's bf16 input (and its residual rows, issued together: one
@@ -285,7 +287,7 @@ __device__ __forceinline__ bool embed_tile(const KernelParams& p, const Tile& t,
 // `after_attn`: the worker's previous tile was an ATTN tile.
 // The matvec epilogue's setup and the ARGMAX case stay inline: moved into helpers, even forced inline, they change
 // the flag kernel's code generation (scripts/sass.sh).
-template <bool kWarpAttention>
+template <int HD>
 __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const int32_t* rec, const StepCtx& sc,
                          int32_t worker, uint8_t* smem, const SmemLayout& L, int* s_flag, int64_t* s_tok,
                          unsigned long long* times, bool local_merge, bool after_attn) {
@@ -302,7 +304,9 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
   TILE_MARK(kTimeStart);
   const bool is_matvec = op_is_matvec(t.op);
   uint8_t* stage = is_matvec ? smem + L.stage : nullptr;
-  if (stage != nullptr) stage_paced(p, t, stage, after_attn);
+  // A QKV tile's bias words go to the RESID rows' shared memory (unused by QKV), staged with its weights.
+  uint16_t* bias = t.op == kOpQkv && t.weight2 >= 0 ? reinterpret_cast<uint16_t*>(smem + L.rsd) : nullptr;
+  if (stage != nullptr) stage_paced(p, t, stage, bias, after_attn);
   const bool attn_pre = t.op == kOpAttn;
   if (attn_pre) attn_prestage(p, t, sc.pos, smem, L);
   // A local MERGE's inputs are this block's shared memory: nothing to wait for. Flag builds poll every scratch input
@@ -340,6 +344,7 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       o.out_f32 = nullptr;
       o.resid = nullptr;
       o.resid_smem = resid_smem ? rsd : nullptr;
+      o.bias = bias;
       o.logits = nullptr;
       o.epoch = sc.epoch;
 #ifdef TILE_FLAG_HANDOFF
@@ -369,7 +374,12 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
       break;
     }
     case kOpAttn:
-      kept_local = attn_tile<kWarpAttention>(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
+      // Per-head q/k norms (Qwen3): q rotated and the new row appended here, before attn_tile (called inside it, the
+      // head_dim-64 counter kernel's stack frame is 8 bytes larger).
+      if (t.norm >= 0 || t.weight2 >= 0)
+        attn_norm_rotate<HD>(p, t.aux0, t.aux1, t.layer, t.in_buf, t.in2_buf, t.in3_buf, t.norm, t.weight2, sc.pos,
+                             attn_pre, sc.epoch);
+      kept_local = attn_tile<HD>(p, t, sc.pos, smem, L, attn_pre, sc.epoch);
       break;
     case kOpMerge:
       if (local_merge) {
@@ -500,9 +510,8 @@ __device__ __forceinline__ void fill_steps_not_run(const KernelParams& p, int32_
 
 }  // namespace
 
-// The persistent kernel. kWarpAttention: the attention's warp path (attn_warps_fit shapes) or the five-step loop;
-// each translation unit instantiates one.
-template <bool kWarpAttention>
+// The persistent kernel for plans of head_dim HD; each translation unit instantiates one.
+template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_constant__ KernelParams p) {
   uint8_t* smem = g_smem;
   __shared__ int s_flag;
@@ -613,8 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const __grid_consta
         times = p.tile_times +
                 ((int64_t(s) * p.h.num_workers + worker) * p.tile_times_stride + (k - tbeg)) * kTileTimes;
 #endif
-      if (!run_tile<kWarpAttention>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, local_merge,
-                                    after_attn))
+      if (!run_tile<HD>(p, ti, t, rec, sc, worker, smem, L, &s_flag, &s_tok, times, local_merge, after_attn))
         return;
       after_attn = t.op == kOpAttn;
     }
@@ -644,22 +652,23 @@ cudaError_t launch_cooperative(const KernelParams& p0, Kernel kernel, cudaStream
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-constexpr bool kVariantWarpAttention = TILE_WARP_ATTENTION != 0;
+constexpr int kVariantHeadDim = TILE_HEAD_DIM;
+static_assert(attn_warps_fit(1, 1, kVariantHeadDim), "a kernel per head_dim of TILE_ATTN_HEAD_DIMS (plan_format.h)");
 }  // namespace
 
-// This translation unit's exports (decode_kernel.h): TILE_VARIANT(name) = decode_<hand-off>[_fivestep]_<name>.
+// This translation unit's exports (decode_kernel.h): TILE_VARIANT(name) = decode_<hand-off>_hd<head_dim>_<name>.
 cudaError_t TILE_VARIANT(set_smem_limit)(int32_t bytes) {
-  return cudaFuncSetAttribute(decode_kernel<kVariantWarpAttention>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  return cudaFuncSetAttribute(decode_kernel<kVariantHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               bytes);
 }
 
 cudaError_t TILE_VARIANT(blocks_per_sm)(int32_t smem_bytes, int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<kVariantWarpAttention>, kThreads,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, decode_kernel<kVariantHeadDim>, kThreads,
                                                        smem_bytes);
 }
 
 cudaError_t TILE_VARIANT(launch)(const KernelParams& p, cudaStream_t stream) {
-  return launch_cooperative(p, decode_kernel<kVariantWarpAttention>, stream);
+  return launch_cooperative(p, decode_kernel<kVariantHeadDim>, stream);
 }
 
 }  // namespace cuda

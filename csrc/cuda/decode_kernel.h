@@ -18,11 +18,12 @@ namespace cuda {
 
 constexpr int kThreads = 512;          // threads per worker block (16 warps)
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxLayers = 64;         // bounds the by-value pointer tables below (kernel params up to 32 KB)
-// Weight pointers passed by value: 9 per layer (Llama's slots) plus the model's 3 final ones. The op refuses a plan
-// with more (h.num_weights).
-constexpr int kMaxWeights = kMaxLayers * 9 + 3;
-constexpr int kMaxGroup = kWarps;      // query heads per KV head: one warp per head in the softmax update
+// Bounds the by-value pointer tables below (kernel params up to 32 KB): the deepest served models that fit one GPU in
+// BF16 (Qwen3-32B) have 64 layers.
+constexpr int kMaxLayers = 64;
+// Weight pointers passed by value: every layer slot of the format (kMaxLayerSlots: Llama's 9, the q/k/v biases and
+// the q/k norms) for kMaxLayers layers, plus the model's final ones. The op refuses a plan with more (h.num_weights).
+constexpr int kMaxWeights = kMaxLayers * kMaxLayerSlots + (kNumSlots - kMaxLayerSlots);
 // kAttnChunkElems (plan_format.h): KV positions staged per attention chunk = kAttnChunkElems / head_dim.
 // 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per
 // SM. The flag-hand-off kernels (given to small models, whose stages are hand-off bound) measured 1% faster on
@@ -57,24 +58,24 @@ struct SmemLayout {
   int32_t vec;      // bf16 input vector of a matvec tile [max_in]
   int32_t red;      // fp32 partials of k-split rows [2 * kWarps]
   int32_t qf;       // fp32 rotated q [G][hd + 4] (padded: the G heads' rows start in different banks)
-  int32_t of;       // fp32 running o [G * hd]
-  int32_t opart;    // fp32 o partials of the position groups [splits * G * hd]
-  int32_t ml;       // fp32 m, l, alpha per head [4 * G]
+  int32_t of;       // fp32 o combined over the warps [G * hd]
+  int32_t opart;    // fp32 o slots of the warps that hold positions [attn_slot_warps(hd)][hd / 8][4 G] float2
+                    // (attn_tc_oidx); before the chunk loop the q/k norm's bf16 heads [G + 2][hd] (attn_norm_rotate)
+  int32_t ml;       // fp32 m, l per head [2 * G]
   int32_t cs;       // fp32 cos, sin [hd]
-  int32_t sc;       // fp32 scores / probabilities [chunk * G]
-  int32_t kbuf;     // bf16 K chunk [chunk][hd + 8] (padded against bank conflicts)
-  int32_t vbuf;     // bf16 V chunk [chunk][attn_vstride(hd)]
+  int32_t sc;       // fp32 warps' (m, l) [kWarps][G][2], then q's fragments [hd / 16][4 G] uint4 (hd x G floats)
+  int32_t kbuf;     // bf16 K chunk [attn_chunk_rows][hd + 8] (padded against bank conflicts)
+  int32_t vbuf;     // bf16 V chunk [attn_chunk_rows][attn_vstride(hd)]
   int32_t kbuf2;    // the attention's second K chunk (as kbuf); -1 when it does not fit
   int32_t vbuf2;    // its second V chunk (as vbuf); -1 when it does not fit
   int32_t msf;      // fp32 merge scale factors [G * P]
-  int32_t rsd;      // fp32 residual rows of a RESID tile [hidden]
+  int32_t rsd;      // fp32 residual rows of a RESID tile [hidden]; a QKV tile's bf16 bias words (stage_first_batch)
   int32_t stage;    // staged first weight batches [kWarps][kStageBytesPerWarp]
   int32_t ptab;     // buffer byte offsets [num_buffers], then weight widths [num_weights]; at 0
   int32_t prec;     // the worker's tile records [tiles_cap][kPlanRecWords]
   int32_t tiles_cap;  // local tile records that fit (a worker with more reads its tiles from the blob)
   int32_t total;
   int32_t chunk;    // positions per attention chunk
-  int32_t splits;   // position groups of the o update
 };
 
 // Everything the kernel reads, passed BY VALUE (one struct kernel parameter): a CUDA graph that captures the
@@ -124,6 +125,22 @@ constexpr int32_t attn_vstride(int32_t hd) {
   return hd + 8;
 }
 
+// The attention's warp path holds 8 positions per warp in a chunk of kAttnChunkElems / hd positions (128 at head_dim
+// 64, 85 at 96, 64 at 128). Its warps with positions (those with o and (m, l) slots) and the rows of a staged chunk
+// (the last warp's ldmatrix reads 8 rows, past a chunk of 85).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int32_t attn_slot_warps(int32_t hd) {
+  return (kAttnChunkElems / hd + 7) / 8 < kWarps ? (kAttnChunkElems / hd + 7) / 8 : kWarps;
+}
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int32_t attn_chunk_rows(int32_t hd) {
+  return (kAttnChunkElems / hd + 7) / 8 * 8;
+}
+
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
@@ -135,8 +152,7 @@ inline SmemLayout smem_layout(const Header& h) {
   if (h.num_heads * hd > max_in) max_in = h.num_heads * hd;
   if (h.intermediate > max_in) max_in = h.intermediate;
   s.chunk = kAttnChunkElems / hd;
-  // attn_tile's o partials: one thread per (split, head, 8 dims); the splits cover a chunk's positions.
-  s.splits = G * hd / 8 >= kThreads ? 1 : kThreads / (G * hd / 8);
+  const int32_t rows = attn_chunk_rows(hd);
   int32_t o = 0;
   // The plan tables come first (offset 0): buffer_ptr / weight_cols find them without the layout.
   s.ptab = o; o += up16((h.num_buffers + h.num_weights) * 4);
@@ -151,21 +167,23 @@ inline SmemLayout smem_layout(const Header& h) {
   s.red = o; o += up16(2 * kWarps * 4);
   s.qf = o; o += up16(G * (hd + 4) * 4);
   s.of = o; o += up16(G * hd * 4);
-  s.opart = o; o += up16(s.splits * G * hd * 4);
-  s.ml = o; o += up16(4 * G * 4);
+  s.opart = o; o += up16(attn_slot_warps(hd) * G * hd * 4);
+  s.ml = o; o += up16(2 * G * 4);
   s.cs = o; o += up16(hd * 4);
-  s.sc = o; o += up16(G * (s.chunk + 8) * 4);
-  s.kbuf = o; o += up16(s.chunk * (hd + 8) * 2);
-  s.vbuf = o; o += up16(s.chunk * attn_vstride(hd) * 2);
+  s.sc = o; o += up16((kWarps * 2 * G + hd * G) * 4);
+  s.kbuf = o; o += up16(rows * (hd + 8) * 2);
+  s.vbuf = o; o += up16(rows * attn_vstride(hd) * 2);
   s.msf = o; o += up16(G * h.attn_partitions * 4);
-  s.rsd = o; o += up16(h.hidden * 4);
+  // A QKV tile's bias words cover its rows (at most q's: one weight per tile) and one bf16 either side.
+  const int32_t bias_bytes = (h.num_heads * hd + 2) * 2;
+  s.rsd = o; o += up16(h.hidden * 4 > bias_bytes ? h.hidden * 4 : bias_bytes);
   s.stage = o;
   o += kWarps * kStageBytesPerWarp;
   // The attention's second K/V chunk (its double buffer) reuses the weight stage: a matvec tile stages only its own
   // batch and consumes it within the tile, so the stage is idle during an ATTN tile. Where it does not fit there it
   // is appended last (every other offset unchanged), where it fits. Both ways vbuf2 - vbuf = kbuf2 - kbuf
   // (attn_tile swaps the buffers by one offset); -1: single-buffered.
-  const int32_t kv2 = up16(s.chunk * (hd + 8) * 2) + up16(s.chunk * attn_vstride(hd) * 2);
+  const int32_t kv2 = up16(rows * (hd + 8) * 2) + up16(rows * attn_vstride(hd) * 2);
   s.kbuf2 = s.vbuf2 = -1;
   if (kv2 <= kWarps * kStageBytesPerWarp) {
     s.kbuf2 = s.stage;
@@ -173,7 +191,7 @@ inline SmemLayout smem_layout(const Header& h) {
     s.kbuf2 = o;
     o += kv2;
   }
-  if (s.kbuf2 >= 0) s.vbuf2 = s.kbuf2 + up16(s.chunk * (hd + 8) * 2);
+  if (s.kbuf2 >= 0) s.vbuf2 = s.kbuf2 + up16(rows * (hd + 8) * 2);
   s.total = o;
   return s;
 }
@@ -219,53 +237,37 @@ inline int64_t samp_merge_bytes(int32_t lm_tiles) {
   return samp_merge_layout(lm_tiles).keys + int64_t(8) * lm_tiles * kCandCap;
 }
 
-// The attention's warp path takes G <= kAttnWarpsMaxGroup query heads per KV head and head_dim kAttnWarpsHeadDim
-// (plan_format.h, from planner/format.py, whose attn_warps_fit is this rule for Python): 8 positions per warp in a
-// chunk, one lane per 8 dims of o, the 16 warps' states where the o partials go. Llama-3.2-1B (G 4), SmolLM2 (G 3).
-// Other shapes run the five-step chunk loop, in kernels of their own (decode_kernel_*_fivestep.cu): compiled beside
-// the warp path, its code cost the warp path's kernel registers and instruction-fetch locality.
-static_assert(kAttnChunkElems / kAttnWarpsHeadDim == 8 * kWarps, "the warp path takes 8 positions per warp");
-static_assert(kAttnWarpsMaxGroup * kAttnWarpsHeadDim / 8 <= 32 && kAttnWarpsMaxGroup <= 4,
-              "the warp path keeps one lane per 8 dims of o and 4 heads x 8 positions in a warp's scores");
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-constexpr bool attn_warps_fit(const Header& h) {
-  return tiles::attn_warps_fit(h.num_heads, h.num_kv_heads, h.head_dim);
-}
+// The attention's warp path takes every shape the op serves (plan_format.h attn_warps_fit, from planner/format.py):
+// G <= kAttnWarpsMaxGroup query heads per KV head as the fragment rows (lane >> 2), head_dim one of
+// TILE_ATTN_HEAD_DIMS, each with its own kernels. The op refuses other shapes by name (decode_step_cuda.cpp).
+static_assert(kAttnWarpsMaxGroup <= 8, "the warp path's fragment rows (lane >> 2) hold the heads");
+#define TILE_CHUNK_FITS(HD)                                                                                 \
+  static_assert(attn_slot_warps(HD) * 8 >= kAttnChunkElems / (HD) && (HD) % 32 == 0,                    \
+                "a chunk's positions are 8 per warp; ldmatrix blocks of 32 dims");
+TILE_ATTN_HEAD_DIMS(TILE_CHUNK_FITS)
+#undef TILE_CHUNK_FITS
 
-// The four kernels, one translation unit each (decode_kernel.cuh holds their code): counter or flag-in-data
-// hand-offs (flag_data.cuh: every scratch element carries the step's epoch and consumers poll their input words
-// instead of counters; it wins where hand-offs dominate, SmolLM2 -11%, and loses where weight streams do, Llama-1B
-// +9.5%, so the runtime chooses per model: tiles_ext/runtime.py choose_handoff), each with the attention's warp
-// path or with the five-step chunk loop. A translation unit per kernel, so that no kernel's code changes another's
-// code generation. Each exports its shared-memory limit setter, occupancy query and cooperative launch.
-cudaError_t decode_counters_set_smem_limit(int32_t bytes);
-cudaError_t decode_counters_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_counters_launch(const KernelParams& p, cudaStream_t stream);
-cudaError_t decode_counters_fivestep_set_smem_limit(int32_t bytes);
-cudaError_t decode_counters_fivestep_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_counters_fivestep_launch(const KernelParams& p, cudaStream_t stream);
-cudaError_t decode_flags_set_smem_limit(int32_t bytes);
-cudaError_t decode_flags_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_flags_launch(const KernelParams& p, cudaStream_t stream);
-cudaError_t decode_flags_fivestep_set_smem_limit(int32_t bytes);
-cudaError_t decode_flags_fivestep_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_flags_fivestep_launch(const KernelParams& p, cudaStream_t stream);
-// The same four with the sampler (TILE_SAMPLER, decode_kernel_*_sampler.cu): launched for calls with a sampler
-// tensor, so that the four above keep their code exactly.
-cudaError_t decode_counters_sampler_set_smem_limit(int32_t bytes);
-cudaError_t decode_counters_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_counters_sampler_launch(const KernelParams& p, cudaStream_t stream);
-cudaError_t decode_counters_fivestep_sampler_set_smem_limit(int32_t bytes);
-cudaError_t decode_counters_fivestep_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_counters_fivestep_sampler_launch(const KernelParams& p, cudaStream_t stream);
-cudaError_t decode_flags_sampler_set_smem_limit(int32_t bytes);
-cudaError_t decode_flags_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_flags_sampler_launch(const KernelParams& p, cudaStream_t stream);
-cudaError_t decode_flags_fivestep_sampler_set_smem_limit(int32_t bytes);
-cudaError_t decode_flags_fivestep_sampler_blocks_per_sm(int32_t smem_bytes, int* blocks);
-cudaError_t decode_flags_fivestep_sampler_launch(const KernelParams& p, cudaStream_t stream);
+// The kernels, one translation unit each (decode_kernel.cuh holds their code): counter or flag-in-data hand-offs
+// (flag_data.cuh: every scratch element carries the step's epoch and consumers poll their input words instead of
+// counters; it wins where hand-offs dominate, SmolLM2 -11%, and loses where weight streams do, Llama-1B +9.5%, so the
+// runtime chooses per model: tiles_ext/runtime.py choose_handoff), each for one head_dim of the attention's warp path
+// (decode_kernel_<hand-off>_hd<head_dim>.cu), and the same with the sampler (TILE_SAMPLER,
+// decode_kernel_<hand-off>_hd<head_dim>_sampler.cu: the LMHEAD and ARGMAX tiles take the op's sampler tensor),
+// launched for calls that pass one, so that the kernels without it keep their code exactly. A translation unit per
+// kernel, so that no kernel's code changes another's code generation. Each exports its shared-memory limit setter,
+// occupancy query and cooperative launch.
+#define TILE_DECLARE_KERNEL(NAME)                                    \
+  cudaError_t NAME##_set_smem_limit(int32_t bytes);                  \
+  cudaError_t NAME##_blocks_per_sm(int32_t smem_bytes, int* blocks); \
+  cudaError_t NAME##_launch(const KernelParams& p, cudaStream_t stream);
+#define TILE_DECLARE_KERNELS(HD)                          \
+  TILE_DECLARE_KERNEL(decode_counters_hd##HD)             \
+  TILE_DECLARE_KERNEL(decode_flags_hd##HD)                \
+  TILE_DECLARE_KERNEL(decode_counters_hd##HD##_sampler)   \
+  TILE_DECLARE_KERNEL(decode_flags_hd##HD##_sampler)
+TILE_ATTN_HEAD_DIMS(TILE_DECLARE_KERNELS)
+#undef TILE_DECLARE_KERNELS
+#undef TILE_DECLARE_KERNEL
 
 // tiles::sample_logits on the GPU (sample_kernel.cu): the sampler's LMHEAD share on lm_tiles even slices of the row
 // (one block each), then its ARGMAX merge (one block), with the decode kernels' device functions (sampler.cuh).
@@ -278,47 +280,55 @@ cudaError_t sample_logits_launch(const float* logits, int32_t vocab, int32_t lm_
 // Sets every kernel's dynamic shared-memory limit on the current device (the glue only ever raises it, once per new
 // maximum, so no attribute call happens inside a CUDA-graph capture once a size has been seen).
 inline cudaError_t decode_set_smem_limit(int32_t bytes) {
-  cudaError_t e = decode_counters_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_counters_fivestep_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_flags_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_flags_fivestep_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_counters_sampler_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_counters_fivestep_sampler_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_flags_sampler_set_smem_limit(bytes);
-  if (e == cudaSuccess) e = decode_flags_fivestep_sampler_set_smem_limit(bytes);
+  cudaError_t e = cudaSuccess;
+#define TILE_SET_LIMIT(HD)                                                            \
+  if (e == cudaSuccess) e = decode_counters_hd##HD##_set_smem_limit(bytes);         \
+  if (e == cudaSuccess) e = decode_flags_hd##HD##_set_smem_limit(bytes);            \
+  if (e == cudaSuccess) e = decode_counters_hd##HD##_sampler_set_smem_limit(bytes); \
+  if (e == cudaSuccess) e = decode_flags_hd##HD##_sampler_set_smem_limit(bytes);
+  TILE_ATTN_HEAD_DIMS(TILE_SET_LIMIT)
+#undef TILE_SET_LIMIT
   return e;
 }
 
 // Blocks that fit on one SM with `smem_bytes` of dynamic shared memory (0 = none), the fewest over the kernels.
 inline cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
-  int n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  cudaError_t e = decode_counters_blocks_per_sm(smem_bytes, &n[0]);
-  if (e == cudaSuccess) e = decode_counters_fivestep_blocks_per_sm(smem_bytes, &n[1]);
-  if (e == cudaSuccess) e = decode_flags_blocks_per_sm(smem_bytes, &n[2]);
-  if (e == cudaSuccess) e = decode_flags_fivestep_blocks_per_sm(smem_bytes, &n[3]);
-  if (e == cudaSuccess) e = decode_counters_sampler_blocks_per_sm(smem_bytes, &n[4]);
-  if (e == cudaSuccess) e = decode_counters_fivestep_sampler_blocks_per_sm(smem_bytes, &n[5]);
-  if (e == cudaSuccess) e = decode_flags_sampler_blocks_per_sm(smem_bytes, &n[6]);
-  if (e == cudaSuccess) e = decode_flags_fivestep_sampler_blocks_per_sm(smem_bytes, &n[7]);
-  *blocks = n[0];
-  for (int i = 1; i < 8; ++i)
-    if (n[i] < *blocks) *blocks = n[i];
+  cudaError_t e = cudaSuccess;
+  int fewest = 1 << 30;
+  auto take = [&](cudaError_t (*query)(int32_t, int*)) {
+    int n = 0;
+    if (e == cudaSuccess) e = query(smem_bytes, &n);
+    if (n < fewest) fewest = n;
+  };
+#define TILE_BLOCKS(HD)                                 \
+  take(decode_counters_hd##HD##_blocks_per_sm);         \
+  take(decode_flags_hd##HD##_blocks_per_sm);            \
+  take(decode_counters_hd##HD##_sampler_blocks_per_sm); \
+  take(decode_flags_hd##HD##_sampler_blocks_per_sm);
+  TILE_ATTN_HEAD_DIMS(TILE_BLOCKS)
+#undef TILE_BLOCKS
+  *blocks = e == cudaSuccess ? fewest : 0;
   return e;
 }
 
-// Launches the persistent kernel for this plan's shape (cooperative: all num_workers blocks co-resident) on
+// Launches the persistent kernel for this plan's head_dim (cooperative: all num_workers blocks co-resident) on
 // `stream`. The shared-memory limit must already allow smem_layout(p.h).total. `flagged`: the scratch arena has the
 // flagged layout (every element with its epoch, twice the plan's bytes), and hand-offs go by flag-in-data words.
 // p.sampler != null: the sampler kernels.
 inline cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool flagged) {
-  const bool warp_path = attn_warps_fit(p.h);
-  if (p.sampler != nullptr) {
-    if (flagged)
-      return warp_path ? decode_flags_sampler_launch(p, stream) : decode_flags_fivestep_sampler_launch(p, stream);
-    return warp_path ? decode_counters_sampler_launch(p, stream) : decode_counters_fivestep_sampler_launch(p, stream);
+  const bool sampler = p.sampler != nullptr;
+  switch (p.h.head_dim) {
+#define TILE_LAUNCH(HD)                                                                                   \
+    case HD:                                                                                            \
+      if (sampler)                                                                                      \
+        return flagged ? decode_flags_hd##HD##_sampler_launch(p, stream)                                \
+                       : decode_counters_hd##HD##_sampler_launch(p, stream);                            \
+      return flagged ? decode_flags_hd##HD##_launch(p, stream) : decode_counters_hd##HD##_launch(p, stream);
+    TILE_ATTN_HEAD_DIMS(TILE_LAUNCH)
+#undef TILE_LAUNCH
+    default:
+      return cudaErrorInvalidValue;  // the op refuses other head_dims first (decode_step_cuda.cpp)
   }
-  if (flagged) return warp_path ? decode_flags_launch(p, stream) : decode_flags_fivestep_launch(p, stream);
-  return warp_path ? decode_counters_launch(p, stream) : decode_counters_fivestep_launch(p, stream);
 }
 
 }  // namespace cuda

@@ -165,19 +165,19 @@ void check_device_and_plan(const Header& h, int dev, const DeviceInfo& di) {
               " layers, this build supports at most ", cuda::kMaxLayers, " (cuda::kMaxLayers)");
   TORCH_CHECK(h.num_weights <= cuda::kMaxWeights, "tiles::decode_step (CUDA): ", h.num_weights,
               " weights, this build passes at most ", cuda::kMaxWeights, " (cuda::kMaxWeights)");
+  // The attention's warp path (decode_kernel.h attn_warps_fit): a kernel per served head_dim, G query heads per KV
+  // head as its fragment rows (check_decode_step_args checked that the KV heads divide the heads).
+  bool head_dim_served = false;
+#define TILE_SERVED(HD) head_dim_served = head_dim_served || h.head_dim == (HD);
+  TILE_ATTN_HEAD_DIMS(TILE_SERVED)
+#undef TILE_SERVED
+  TORCH_CHECK(head_dim_served, "tiles::decode_step (CUDA): head_dim ", h.head_dim,
+              "; this build's kernel serves head_dim ", kAttnWarpsHeadDimsText);
   const int G = h.num_heads / h.num_kv_heads;
-  TORCH_CHECK(G <= cuda::kMaxGroup, "tiles::decode_step (CUDA): ", G, " query heads per KV head, at most ",
-              cuda::kMaxGroup, " supported");
-  TORCH_CHECK(h.head_dim % 8 == 0 && h.head_dim <= 256 && h.hidden % 8 == 0 && h.intermediate % 8 == 0,
-              "tiles::decode_step (CUDA): head_dim (", h.head_dim, "), hidden (", h.hidden, ") and intermediate (",
-              h.intermediate, ") must be multiples of 8 (16-byte rows), head_dim <= 256");
-  // The kernel computes neither the QKV bias nor the per-head q/k norm yet: refuse such a plan rather than return
-  // logits without them (the CPU reference executor runs it).
-  constexpr int32_t kUnserved = (1 << kSlotQBias) | (1 << kSlotKBias) | (1 << kSlotVBias) | (1 << kSlotQNorm) |
-                                (1 << kSlotKNorm);
-  TORCH_CHECK((h.layer_slots & kUnserved) == 0, "tiles::decode_step (CUDA): this plan's layers have q/k/v biases or "
-              "per-head q/k norms (layer_slots ", h.layer_slots, "), which this build's CUDA kernel does not compute; "
-              "run the model on the CPU executor or with a build whose kernel serves them");
+  TORCH_CHECK(G <= kAttnWarpsMaxGroup, "tiles::decode_step (CUDA): ", G, " query heads per KV head; this build's "
+              "kernel serves at most ", kAttnWarpsMaxGroup);
+  TORCH_CHECK(h.hidden % 8 == 0 && h.intermediate % 8 == 0, "tiles::decode_step (CUDA): hidden (", h.hidden,
+              ") and intermediate (", h.intermediate, ") must be multiples of 8 (16-byte rows)");
 }
 
 // Whether the arena has the flagged layout. Its size names it: the plan's scratch_bytes for counter hand-offs, twice

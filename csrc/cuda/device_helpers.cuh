@@ -43,6 +43,12 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
 }
 
+// 4 bytes (.ca: the only sizes below 16): a QKV tile's bias words, whose rows need not start at a 16-byte boundary.
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // All but this thread's most recent commit group (the attention's double buffer: the next chunk stays in flight).
@@ -106,12 +112,6 @@ __device__ __forceinline__ void mma_bf16_1688(float (&d)[4], uint32_t a0, uint32
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(b0));
 }
-// sc holds the warps' states (kWarps x G x 2 floats) and after them q's fragments (16 G uint4) in G x (chunk + 8);
-// opart ([splits = kThreads / (8 G)][G][hd] floats) the o slots, kWarps x 8 x 4G float2 (G <= 4).
-static_assert((2 * kWarps + 64) <= kAttnChunkElems / kAttnWarpsHeadDim + 8, "the warp path's q fragments fit in sc");
-static_assert(kWarps * 8 * 4 * 2 <= (kThreads / (8 * kAttnWarpsMaxGroup)) * kAttnWarpsHeadDim,
-              "the warp path's o slots fit");
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -100,6 +100,9 @@ struct MatvecOut {
   float* out_f32;       // RESID; LMHEAD: the tile's rows [row - row_begin] in shared memory too, or null
   const float* resid;   // RESID in2
   const float* resid_smem;  // RESID residual rows [row - row_begin] in shared memory, or null
+  // QKV with a bias (weight2 >= 0): the 4-byte words of its bf16 bias holding rows [row_begin & ~1, ...) in shared
+  // memory (stage_first_batch), or null
+  const uint16_t* bias;
   float* logits;        // LMHEAD row of this step
   uint32_t epoch;       // the step's (flagged stores and reads of flag builds)
 #ifdef TILE_FLAG_HANDOFF
@@ -111,6 +114,11 @@ __device__ __forceinline__ void emit(const MatvecOut& o, int32_t unit, float a0,
   switch (o.op) {
     case kOpQkv: {
       const int32_t r = o.row_begin + 2 * unit;
+      if (o.bias != nullptr) {  // bf16(dot + bias[r]): the fp32 add before the one rounding; none without a bias
+        const uint16_t* b = o.bias + (r - (o.row_begin & ~1));
+        a0 += bf2f(b[0]);
+        if (r + 1 < o.row_end) a1 += bf2f(b[1]);
+      }
       put_bf16(o.out_bf16, o.out_offset + (r - o.row_begin), f2bf(a0), o.epoch);
       if (r + 1 < o.row_end) put_bf16(o.out_bf16, o.out_offset + (r + 1 - o.row_begin), f2bf(a1), o.epoch);
       break;
@@ -251,8 +259,18 @@ __device__ __forceinline__ void ksplit_sum(const MatvecShape& m, const float* re
 // Before the tile waits, each warp copies the first batch of its first item into its stage
 // (cp.async, asynchronous): weights never depend on activations, so they stream while the inputs are produced.
 // Each lane later reads back exactly the 16-byte chunks it copied itself (no cross-lane hand-off).
-__device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage) {
+// `bias`: a QKV tile's bias destination (weight2 >= 0) or null: the 4-byte words of the bias vector that hold rows
+// [row_begin, row_end) go there in the same commit group (4-byte copies: a tile's rows need not start at a 16-byte
+// boundary; the vector, q, k or v rows, has an even length); matvec publishes them with a barrier before its first
+// emit.
+__device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage, uint16_t* bias) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (bias != nullptr) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(p.weights[t.weight2]) + (t.row_begin >> 1);
+    const int32_t words = ((t.row_end + 1) >> 1) - (t.row_begin >> 1);
+#pragma unroll 1
+    for (int32_t i = threadIdx.x; i < words; i += kThreads) cp_async4(bias + 2 * i, src + i);
+  }
   const int32_t cols = weight_cols(p, t.weight);
   const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
   if (warp < m.items) {
@@ -285,6 +303,7 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
   const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
   const uint4* hv = reinterpret_cast<const uint4*>(h);
   if (stage != nullptr) cp_async_wait_all();
+  if (o.bias != nullptr) __syncthreads();  // every thread's bias words (stage_first_batch) landed
   for (int32_t item = warp; item < m.items; item += kWarps) {
     const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
     float a0 = 0.f, a1 = 0.f;

@@ -13,8 +13,10 @@ constexpr int32_t kMaxEos = 8;
 constexpr int32_t kStateHeaderWords = 32;
 constexpr int32_t kCounterStrideWords = 32;
 constexpr int32_t kAttnChunkElems = 8192;
-constexpr int32_t kAttnWarpsMaxGroup = 4;
-constexpr int32_t kAttnWarpsHeadDim = 64;
+constexpr int32_t kAttnWarpsMaxGroup = 8;
+// The warp path's head_dims: one kernel instantiation each (X(hd) per head_dim), and as text for messages.
+#define TILE_ATTN_HEAD_DIMS(X) X(64) X(96) X(128)
+constexpr const char* kAttnWarpsHeadDimsText = "64, 96, 128";
 constexpr int32_t kNumSlots = 17;
 constexpr int32_t kMaxLayerSlots = 14;
 constexpr int32_t kFlagWaitCounter = -2;
@@ -360,7 +362,8 @@ __host__ __device__
 #endif
 constexpr bool attn_warps_fit(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {
   return num_kv_heads > 0 && num_heads % num_kv_heads == 0 &&
-         num_heads / num_kv_heads <= kAttnWarpsMaxGroup && head_dim == kAttnWarpsHeadDim;
+         num_heads / num_kv_heads <= kAttnWarpsMaxGroup &&
+         (head_dim == 64 || head_dim == 96 || head_dim == 128);
 }
 
 }  // namespace tiles

@@ -16,8 +16,8 @@ from tiles_ext.planner.weights import WeightLayout
 
 # RMSNorm eps when a config gives none (Transformers' Llama default).
 DEFAULT_EPS = 1e-6
-# The head_dims a family may accept: those both executors run and the parity tests cover (the CUDA kernel takes
-# head_dim % 8 == 0 up to 256; another size is served once its parity tests exist on both executors).
+# The head_dims a family may accept: those both executors run and the parity tests cover (the CUDA kernel has its
+# attention kernels for planner/format.py's ATTN_WARPS_HEAD_DIMS, which tests/test_install.py checks hold these).
 HEAD_DIMS = (64, 96, 128)
 # Why the RoPE types whose frequencies change during a generation are refused (the executors take one inv_freq
 # table and scale per model); the static types (default, linear, llama3, yarn) are folded into that table.
