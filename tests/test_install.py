@@ -169,9 +169,11 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
         for sampler in ("", "_sampler"):
             name = f"decode_{handoff}_hd##HD{'##' + sampler if sampler else ''}"
             assert f"TILE_DECLARE_KERNEL({name})" in header, name
-            assert f"{name}_set_smem_limit(bytes)" in header, name
-            assert f"take({name}_blocks_per_sm)" in header, name
-            assert f"{name}_launch(p, stream)" in header, name
+            # The token pasted after HD: `##_sampler_set_smem_limit` or `##_set_smem_limit`.
+            entry = f"decode_{handoff}_hd##HD##{sampler + '_' if sampler else '_'}"
+            assert f"{entry}set_smem_limit(bytes)" in header, entry
+            assert f"take({entry}blocks_per_sm)" in header, entry
+            assert f"{entry}launch(p, stream)" in header, entry
     for use in ("TILE_DECLARE_KERNELS", "TILE_SET_LIMIT", "TILE_BLOCKS", "TILE_LAUNCH"):
         assert f"TILE_ATTN_HEAD_DIMS({use})" in header, use
 
