@@ -522,7 +522,8 @@ def test_sync_check_reports_in_the_failing_call(monkeypatch, handoff):
     monkeypatch.setenv("TILES_SYNC_CHECK", "1")
     b, plan, ids, cache, t, name = _broken_wait_bound(handoff)
     k, v = kv(cache)
-    with pytest.raises(RuntimeError, match=r"this launch failed with WAIT_TIMEOUT.* in worker \d+, tile %d" % t):
+    failed = r"this launch failed: tiles decode kernel error WAIT_TIMEOUT .* in worker \d+, tile %d " % t
+    with pytest.raises(RuntimeError, match=failed):
         b.step(k, v, int(ids[0, -1]), ids.shape[1] - 1)
 
 

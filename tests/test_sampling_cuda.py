@@ -11,7 +11,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-from parity_helpers import tiny_config, tiny_model  # noqa: E402
+from parity_helpers import family_config, tiny_config, tiny_model  # noqa: E402
 from tiles_ext import sampling as S  # noqa: E402
 from tiles_ext.planner import format as fmt  # noqa: E402
 from tiles_ext.planner.format import ErrorCode, SampleMode  # noqa: E402
@@ -89,7 +89,9 @@ def _setup(shape, handoff):
     from tiles_ext.planner.plan import GpuTarget, build_plan
     from tiles_ext.runtime import TileRuntime, model_weights, rope_tables
     h, nh, nkv, hd, inter, layers, workers = shape
-    cfg = tiny_config(h, nh, nkv, hd, inter, layers)
+    # head_dim 96 is Phi-3's (the Llama family serves 64 and 128 only).
+    make = (lambda *a: family_config("phi3", *a)) if hd == 96 else tiny_config
+    cfg = make(h, nh, nkv, hd, inter, layers)
     model = tiny_model(cfg, seed=4).to(DEV)
     workers = workers or torch.cuda.get_device_properties(0).multi_processor_count
     plan = build_plan(cfg, workers=workers, gpu=GpuTarget.of_device(DEV))
