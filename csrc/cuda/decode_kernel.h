@@ -34,6 +34,11 @@ constexpr int kUnroll = 3;
 #else
 constexpr int kUnroll = 4;
 #endif
+// A k-split slice holds at least kSplitMinChunks 16-byte chunks of a row, three per lane (matvec_shape). One value
+// for both hand-offs:
+// the split sets the order in which a row's fp32 partial sums are added, so a kUnroll-dependent split made the
+// counter and flag kernels round differently on tiles of few rows and many columns.
+constexpr int kSplitMinChunks = 32 * 3;
 // Per-tile timestamps (TILE_TIMING builds): start (before staging and the wait), wait done, signalled, then two phase
 // marks inside the tile (matvec: input vector ready, arithmetic done; ATTN: q, the new row and the first chunk ready,
 // chunk loop done; MERGE: scale factors ready, output written) and just before the signal. 0 = not reached.

@@ -188,7 +188,7 @@ __device__ __forceinline__ MatvecShape matvec_shape(int op, int32_t nrows, int32
   m.ksplit = 1;
   if (m.nunits < kWarps) {
     m.ksplit = div_small(kWarps, m.nunits);  // nunits < kWarps
-    const int32_t maxk = (m.nchunks + 32 * kUnroll - 1) / (32 * kUnroll);
+    const int32_t maxk = (m.nchunks + kSplitMinChunks - 1) / kSplitMinChunks;
     if (m.ksplit > maxk) m.ksplit = maxk;
     if (m.ksplit < 1) m.ksplit = 1;
   }
