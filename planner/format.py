@@ -628,7 +628,7 @@ def _render_weight_rules() -> list[str]:
         "}",
         "// The scale slot of each slot (-1: a slot the FP8 formats keep in BF16; planner/format.py SCALE_SLOTS).",
         *_c_table("int32_t", "kScaleSlotOf", scaled),
-        "// Rows and columns (0: a vector) of the scale tensor of a rows x cols matrix (planner/format.py scale_shape).",
+        "// Rows and columns (0: a vector) of the scale tensor of a rows x cols matrix (format.py scale_shape).",
         "inline void scale_shape(int32_t layout, int64_t rows, int64_t cols, int64_t* srows, int64_t* scols) {",
         "  if (layout == kScalePerChannel) { *srows = rows; *scols = 0; return; }",
         "  if (layout == kScaleBlock128) {",

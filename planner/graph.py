@@ -356,7 +356,8 @@ class _Builder:
         H = s.hidden
         st = self.new_stage(f"L{l}.o", [f"o{l}"])
         avoid = r.o_off_merge and W > 2 * s.num_kv_heads
-        cut = cut_rows([("o", H)], floor_pieces(H, W - s.num_kv_heads if avoid else W, self.row_bytes(s.q_dim), r.min_rows))
+        pieces = floor_pieces(H, W - s.num_kv_heads if avoid else W, self.row_bytes(s.q_dim), r.min_rows)
+        cut = cut_rows([("o", H)], pieces)
         free = W - s.num_kv_heads
         return [self.add(Op.RESID, st, piece, self.cid[f"o{l}"], [self.full(f"merge{l}")],
                          not_with=merge_tiles if avoid and piece < free else (),

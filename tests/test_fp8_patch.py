@@ -89,8 +89,8 @@ def test_partly_quantized_model_is_refused(tiny):
     setattr(tiny.get_submodule(parent), name, Fp8Linear(*quantize_per_channel(linear.weight)))
     before = snapshot(tiny)
     for weights in (None, "fp8"):
-        with pytest.raises(UnsupportedModelError, match=r"partly or unservably quantized \(not FP8: 13 layers .*; "
-                                                        r"fp8: 1 layers \(e\.g\. model\.layers\.0\.self_attn\.o_proj\)"):
+        with pytest.raises(UnsupportedModelError, match=r"partly or unservably quantized \(not FP8: 13 layers .*; fp8: "
+                                                        r"1 layers \(e\.g\. model\.layers\.0\.self_attn\.o_proj\)"):
             tiles_ext.patch(tiny, weights=weights, plan_cache_dir=False)
         assert_same(tiny, before)
 
@@ -112,9 +112,9 @@ def test_fp8_checkpoint_is_patched_as_stored(tiny, tmp_path, weight_format):
     written = write_fp8_checkpoint(tiny, weight_format, tmp_path)
     model, tokenizer = load_model(tmp_path)
     assert tokenizer is None
-    q = model.model.layers[0].self_attn.q_proj
-    assert q.weight.dtype == torch.float8_e4m3fn and torch.equal(q.weight.view(torch.uint8),
-                                                                 written.model.layers[0].self_attn.q_proj.weight.view(torch.uint8))
+    q, stored = model.model.layers[0].self_attn.q_proj, written.model.layers[0].self_attn.q_proj
+    assert q.weight.dtype == torch.float8_e4m3fn
+    assert torch.equal(q.weight.view(torch.uint8), stored.weight.view(torch.uint8))
     tiles_ext.patch(model, plan_cache_dir=False)
     assert model._tiles.decoder.plan.shape.weight_format == weight_format
     storages = {p.untyped_storage().data_ptr() for p in model.parameters()}

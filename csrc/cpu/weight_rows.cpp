@@ -44,7 +44,9 @@ float dot_e4m3(const uint8_t* q, const float* scales, int64_t block, const float
     const int64_t b1 = std::min(K, b0 + block);
     int64_t k = b0;
     for (; k + kLanes <= b1; k += kLanes) {
-      for (int j = 0; j < kLanes; ++j) acc[j] += (table[q[k + j]] * s) * x[k + j];
+      float w[kLanes];  // the lookups first, so that the arithmetic below runs on whole vectors
+      for (int j = 0; j < kLanes; ++j) w[j] = table[q[k + j]];
+      for (int j = 0; j < kLanes; ++j) acc[j] += (w[j] * s) * x[k + j];
     }
     for (; k < b1; ++k) acc[k % kLanes] += (table[q[k]] * s) * x[k];
   }
