@@ -272,8 +272,11 @@ SLOTS = tuple(SLOT_SHAPES) + tuple(SCALE_SLOTS)
 SLOT = {name: i for i, name in enumerate(SLOTS)}
 # Slots that exist once per model (layer -1 in the weight table); every other slot exists once per layer.
 MODEL_SLOTS = ("final_norm", "lm_head", "embed")
-# The most slots one layer can have: bounds the CUDA kernel's by-value weight-pointer table.
+# The most slots one layer can have.
 MAX_LAYER_SLOTS = len(SLOTS) - len(MODEL_SLOTS)
+# The most slots a BF16 layer can have (no scale slots): bounds the CUDA kernel's by-value weight-pointer table,
+# which serves BF16 plans only (the op refuses an FP8 plan on CUDA before it fills the table).
+MAX_BF16_LAYER_SLOTS = MAX_LAYER_SLOTS - len(SCALE_SLOTS)
 # The op's weights list: for every layer, the slots of the header's layer_slots mask in SLOTS order; then the
 # MODEL_SLOTS in SLOTS order (planner/weights.py builds it, the generated weight_entry() reads it back in C++).
 # The C++ expression of each shape dimension of SLOT_SHAPES, from a Header `h`.
@@ -523,6 +526,7 @@ def _render_constants() -> list[str]:
         f"constexpr const char* kAttnWarpsHeadDimsText = {_c_string(', '.join(map(str, ATTN_WARPS_HEAD_DIMS)))};",
         f"constexpr int32_t kNumSlots = {len(SLOTS)};",
         f"constexpr int32_t kMaxLayerSlots = {MAX_LAYER_SLOTS};",
+        f"constexpr int32_t kMaxBf16LayerSlots = {MAX_BF16_LAYER_SLOTS};",
         f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",
         f"constexpr int32_t kCandCap = {CAND_CAP};",
         f"constexpr int32_t kCandSlot = {CAND_SLOT};",

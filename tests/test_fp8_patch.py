@@ -132,3 +132,22 @@ def test_transformers_dequantizes_a_fine_grained_fp8_checkpoint_on_a_cpu(tiny, t
     model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16)
     assert type(model.model.layers[0].self_attn.q_proj) is torch.nn.Linear
     assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+
+
+def test_casting_a_patched_fp8_model_is_refused_at_the_next_step(tiny):
+    """model.to(dtype) casts the E4M3 weights too (they are floating point); the next decode step refuses the model
+    instead of running BF16 matrices without their scales."""
+    tiles_ext.patch(tiny, weights="fp8", plan_cache_dir=False)
+    tiny.to(torch.bfloat16)
+    with pytest.raises(UnsupportedModelError, match=r"changed after patch\(\).*bfloat16 weights beside "
+                                                    r"weight_scale_inv \(an FP8 layer whose weight was cast"):
+        decode_logits(tiny, steps=1)
+
+
+def test_deepcopy_of_a_patched_fp8_model_runs_on_its_own_layers(tiny):
+    tiles_ext.patch(tiny, weights="fp8", plan_cache_dir=False)
+    clone = copy.deepcopy(tiny)
+    assert clone.model.layers[0].mlp.up_proj is not tiny.model.layers[0].mlp.up_proj
+    assert torch.equal(decode_logits(clone)[0], decode_logits(tiny)[0])
+    tiles_ext.unpatch(clone)
+    assert type(clone.model.layers[0].mlp.up_proj) is torch.nn.Linear

@@ -19,6 +19,7 @@ constexpr int32_t kAttnWarpsMaxGroup = 8;
 constexpr const char* kAttnWarpsHeadDimsText = "64, 96, 128";
 constexpr int32_t kNumSlots = 24;
 constexpr int32_t kMaxLayerSlots = 21;
+constexpr int32_t kMaxBf16LayerSlots = 14;
 constexpr int32_t kFlagWaitCounter = -2;
 constexpr int32_t kCandCap = 64;
 constexpr int32_t kCandSlot = 128;

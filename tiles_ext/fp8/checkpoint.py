@@ -81,7 +81,8 @@ def _load_block128(path: Path, q: dict):
     model = _bf16_model(path)
     fp8 = FineGrainedFP8Config(weight_block_size=block, activation_scheme=q.get("activation_scheme", "dynamic"),
                                modules_to_not_convert=q.get("modules_to_not_convert"))
-    replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"] + list(fp8.modules_to_not_convert or []),
+    head = next(name for name, m in model.named_modules() if m is model.get_output_embeddings())
+    replace_with_fp8_linear(model, modules_to_not_convert=[head] + list(fp8.modules_to_not_convert or []),
                             quantization_config=fp8, pre_quantized=True)
     _assign(model, _read_tensors(path))
     return model

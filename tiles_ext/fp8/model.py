@@ -39,6 +39,9 @@ def layer_format(module) -> str:
     weight = getattr(module, "weight", None)
     if weight is None:
         return f"{type(module).__name__} without a weight"
+    if weight.dtype != E4M3 and hasattr(module, SCALE_PARAM):
+        return (f"{str(weight.dtype).removeprefix('torch.')} weights beside {SCALE_PARAM} (an FP8 layer whose weight "
+                "was cast, e.g. by model.to(dtype))")
     if weight.dtype == torch.bfloat16:
         return "bf16"
     if weight.dtype != E4M3:
@@ -67,7 +70,8 @@ def weight_format_of(model, family, shape) -> str:
             module = model.get_submodule(path)
         except AttributeError:
             return "bf16"  # not the family's module tree: check_model names what the model lacks
-        e4m3 = getattr(getattr(module, "weight", None), "dtype", None) == E4M3
+        # A layer with scales but no E4M3 weight (an Fp8Linear after model.to(dtype)) is no servable layer either.
+        e4m3 = getattr(getattr(module, "weight", None), "dtype", None) == E4M3 or hasattr(module, SCALE_PARAM)
         found.setdefault(layer_format(module) if e4m3 else "not FP8", []).append(path)
     if list(found) == ["not FP8"]:
         return "bf16"
