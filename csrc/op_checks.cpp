@@ -103,15 +103,39 @@ void expected_weight_shape(const Header& h, int64_t i, int64_t* rows, int64_t* c
   slot_shape(h, slot, rows, cols);
 }
 
-// Every weight is a bf16 tensor of its slot's shape.
+at::ScalarType scalar_type_of(int32_t dtype) {
+  switch (dtype) {
+    case kDTypeF32: return at::kFloat;
+    case kDTypeF8e4m3: return at::kFloat8_e4m3fn;
+    default: return at::kBFloat16;
+  }
+}
+
+// The weight format: BF16 matrices without scales, or E4M3 matrices with a scale layout, and only on the CPU
+// executor: the CUDA kernel reads BF16 weights only.
+void check_weight_format(const Header& h, c10::Device device) {
+  const bool bf16 = h.weight_dtype == kDTypeBf16 && h.scale_layout == kScaleNone;
+  const bool fp8 = h.weight_dtype == kDTypeF8e4m3 &&
+                   (h.scale_layout == kScalePerChannel || h.scale_layout == kScaleBlock128);
+  TORCH_CHECK(bf16 || fp8, "tiles::decode_step: plan header weight_dtype ", h.weight_dtype, " with scale_layout ",
+              h.scale_layout, " is not a weight format this build serves (BF16 without scales, or E4M3 with "
+              "per-channel or 128x128-block scales); rebuild the plan");
+  TORCH_CHECK(bf16 || device.is_cpu(), "tiles::decode_step: the plan has FP8 (E4M3) weights, which the CUDA kernel "
+              "does not read yet; FP8 plans run on the CPU reference executor (a model and cache on the CPU)");
+}
+
+// Every weight is a tensor of its slot's dtype (planner/format.py WEIGHT_FORMATS) and shape.
 void check_weights(const Header& h, at::TensorList weights, c10::Device device) {
+  check_weight_format(h, device);
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == h.num_weights, "tiles::decode_step: weights has ",
               weights.size(), " tensors, the plan expects ", h.num_weights, " (", h.num_layers,
               " layers and the model's final slots; use tiles_ext.runtime.model_weights)");
   for (size_t i = 0; i < weights.size(); ++i) {
     const at::Tensor& w = weights[i];
     const auto name = [&h, i] { return weight_name(h, int64_t(i)); };
-    check_tensor(w, name, at::kBFloat16, device);
+    int32_t slot = -1, layer = -1;
+    weight_entry(h, int64_t(i), &slot, &layer);
+    check_tensor(w, name, scalar_type_of(slot_dtype(h, slot)), device);
     int64_t rows, cols;
     expected_weight_shape(h, i, &rows, &cols);
     const bool ok = cols == 0 ? (w.dim() == 1 && w.size(0) == rows)

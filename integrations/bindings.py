@@ -26,7 +26,7 @@ ROPE_BUFFER = "model.rotary_emb.inv_freq"
 
 def weight_paths(family, shape) -> list[str]:
     """The parameter path of every entry of the op's weights list (a fused parameter's path once per row view)."""
-    return [family.slots[slot].path.format(layer=layer) for slot, layer in WeightLayout(shape).entries]
+    return [family.slot(slot).path.format(layer=layer) for slot, layer in WeightLayout(shape).entries]
 
 
 _data_ptr = torch.Tensor.data_ptr

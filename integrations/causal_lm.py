@@ -14,10 +14,13 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from tiles_ext import families
 from tiles_ext.integrations import cache as kv
 from tiles_ext.integrations.errors import UnsupportedModelError
+from tiles_ext.planner.format import QUANTIZED_SLOTS, SCALE_SLOTS, SLOTS
 from tiles_ext.planner.shape import UnsupportedConfig
 from tiles_ext.planner.weights import entry_name
 
 SUPPORTED_DTYPE = torch.bfloat16
+# The parameter dtypes of a model in an FP8 weight format: E4M3 layers, their fp32 scales, BF16 everything else.
+FP8_MODEL_DTYPES = ["bfloat16", "float32", "float8_e4m3fn"]
 
 
 def family_of(model):
@@ -32,8 +35,9 @@ def family_of(model):
             f"{families.served()}") from None
 
 
-def check_model(model) -> torch.device:
-    """The device the model runs on; raises UnsupportedModelError naming what is unsupported and what is."""
+def check_model(model, weight_format: str = "bf16") -> torch.device:
+    """The device the model runs on; raises UnsupportedModelError naming what is unsupported and what is.
+    weight_format: the model's (tiles_ext.fp8.model.weight_format_of), which says which dtypes it may hold."""
     name = type(model).__name__
     inner = getattr(model, "model", None)
     if getattr(model, "lm_head", None) is None or inner is None or not hasattr(inner, "layers"):
@@ -42,7 +46,8 @@ def check_model(model) -> torch.device:
             "(e.g. AutoModelForCausalLM.from_pretrained(...))")
     params = list(model.parameters())
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
-    if dtypes != ["bfloat16"]:
+    # An FP8 model's layers were checked one by one (weight_format_of); the op checks every tensor it reads.
+    if not set(dtypes) <= set(FP8_MODEL_DTYPES if weight_format != "bf16" else ["bfloat16"]):
         raise UnsupportedModelError(
             f"{name} has parameters in {', '.join(dtypes)}; only bfloat16 is supported: load it with "
             "dtype=torch.bfloat16 or call model.to(torch.bfloat16)")
@@ -60,7 +65,24 @@ def check_model(model) -> torch.device:
             "machine with a CUDA toolkit and CUDA torch, or patch a CPU model")
     if getattr(model, "hf_device_map", None) and len(set(map(str, model.hf_device_map.values()))) > 1:
         raise UnsupportedModelError(f"{name} uses a multi-device device_map; only one device is supported")
+    if weight_format != "bf16" and device.type != "cpu":
+        raise UnsupportedModelError(FP8_ON_CUDA.format(name=name, device=device))
     return device
+
+
+FP8_ON_CUDA = ("{name} is on {device} with FP8 weights, but the CUDA kernel does not read FP8 weights yet; FP8 runs "
+               "on the CPU reference executor: move the model to the CPU (model.to('cpu')) before tiles_ext.patch, or "
+               "patch the BF16 model on the GPU without weights=\"fp8\"")
+
+
+def entry_dtype(plan, i: int) -> torch.dtype:
+    """The dtype of entry i of the op's weights list in the plan's weight format."""
+    slot = SLOTS[int(plan.weights[i][0])]
+    if slot in SCALE_SLOTS:
+        return torch.float32
+    if slot in QUANTIZED_SLOTS and plan.shape.weight_format != "bf16":
+        return torch.float8_e4m3fn
+    return SUPPORTED_DTYPE
 
 
 PACKED_HINT = "quantized or packed layers are not supported: load dense bf16 weights"
@@ -74,11 +96,12 @@ def check_weights(model, plan, weights, hint: str = PACKED_HINT) -> None:
     layers, e.g. GGUF kept packed; after patch(), a replaced module of another shape)."""
     for i, (w, (_, _, rows, cols)) in enumerate(zip(weights, plan.weights.tolist())):
         want = (rows,) if cols == 0 else (rows, cols)
-        if tuple(w.shape) != want or w.dtype != SUPPORTED_DTYPE or not w.is_contiguous():
+        dtype = entry_dtype(plan, i)
+        if tuple(w.shape) != want or w.dtype != dtype or not w.is_contiguous():
             raise UnsupportedModelError(
                 f"weight {i} ({entry_name(plan.weights, i)}) of {type(model).__name__} is {w.dtype} "
                 f"{tuple(w.shape)}{'' if w.is_contiguous() else ' non-contiguous'}; the plan needs contiguous "
-                f"bfloat16 {want} ({hint})")
+                f"{str(dtype).removeprefix('torch.')} {want} ({hint})")
 
 
 def make_forward(signature: inspect.Signature):

@@ -10,6 +10,7 @@ import copy
 import inspect
 import types
 
+from tiles_ext.fp8 import model as fp8_layers
 from tiles_ext.integrations import causal_lm
 from tiles_ext.integrations.bindings import Bindings, weight_paths
 from tiles_ext.integrations.decoder import TileDecoder
@@ -20,6 +21,9 @@ from tiles_ext.integrations.state import INSTANCE_BOUND_BOOKKEEPING, PatchState,
 from tiles_ext.integrations.version import cache_field, check_transformers_version
 
 STATE_ATTR = "_tiles"
+# patch(weights=...): None serves the model's weights as they are (BF16, or FP8 as loaded); "fp8" quantizes a BF16
+# model's linear layers to E4M3 with per-row scales (an FP8 model is served as it is).
+WEIGHT_OPTIONS = (None, "fp8")
 # Compiled callables of one instance (generate's compiled __call__, nn.Module.compile's): a copy compiles its own.
 COMPILED_FOR_INSTANCE = INSTANCE_BOUND_BOOKKEEPING + ("_compiled_call_impl",)
 
@@ -28,13 +32,20 @@ def is_patched(model) -> bool:
     return STATE_ATTR in getattr(model, "__dict__", {})
 
 
-def patch(model, *, multi_token: bool | None = None, workers: int | None = None, plan_cache_dir=None):
-    """Run every decode step of `model` (a bf16 causal LM of a served family, on one CPU or CUDA device) through
+def patch(model, *, multi_token: bool | None = None, workers: int | None = None, plan_cache_dir=None,
+          weights: str | None = None):
+    """Run every decode step of `model` (a causal LM of a served family, on one CPU or CUDA device) through
     torch.ops.tiles.decode_step; prefill stays in PyTorch. Returns the same model object.
 
     multi_token: greedy generate() runs up to 64 tokens per launch (default: on for CUDA, off for CPU).
     workers: plan workers (default: the GPU's SM count; 8 on CPU). plan_cache_dir: where plans are cached
     (default $TILES_CACHE/plans, i.e. ~/.cache/tiles_ext/plans; False: plan in memory only).
+    weights: None (the default) runs the weights as they are: BF16, or FP8 layers as Transformers loaded them
+    from a fine-grained FP8 checkpoint (128x128 block scales) or as an earlier patch made them. "fp8" quantizes a
+    BF16 model's q/k/v/o/gate/up/down layers to E4M3 with one power-of-two scale per output row
+    (docs/numerics.md, "FP8 weights"), in place: each becomes a tiles_ext.fp8.Fp8Linear, and the replaced
+    nn.Linear modules are kept as they are (the host copy) until unpatch puts them back, so unpatch restores the
+    model exactly. FP8 runs on the CPU reference executor only (the CUDA kernel does not read FP8 yet).
     Raises UnsupportedModelError / planner.UnsupportedConfig / TransformersVersionError naming the problem; a
     refused model is left untouched.
 
@@ -47,22 +58,43 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
 
     Copies: copy.deepcopy(model) is a patched model of its own, bound to the copy's weights (the plan is shared,
     the op's scratch and state are not); tiles_ext.unpatch works on it. Pickling (torch.save(model),
-    pickle.dumps(model)) and copy.copy(model) give the plain, unpatched model: patch the loaded one again.
-    save_pretrained and state_dict() hold only the weights, as for any model.
+    pickle.dumps(model)) and copy.copy(model) give the plain, unpatched model (with weights="fp8", its FP8
+    layers): patch the loaded one again. save_pretrained and state_dict() hold only the weights, as for any model.
     """
     check_transformers_version()
+    if weights not in WEIGHT_OPTIONS:
+        raise UnsupportedModelError(
+            f"weights={weights!r} is not a weight option; use weights=None (the model's weights as they are) or "
+            "weights=\"fp8\" (E4M3 with per-row scales)")
     if is_patched(model):
         return model
     family = causal_lm.family_of(model)
     family.check_window(model.config)
-    device = causal_lm.check_model(model)
-    plan = plan_for(model.config, device, workers, plan_cache_dir)
-    weights = family.weights(model, plan.shape)
-    causal_lm.check_weights(model, plan, weights)
+    loaded = fp8_layers.weight_format_of(model, family, family.shape(model.config))
+    target = "fp8" if weights == "fp8" and loaded == "bf16" else loaded
+    device = causal_lm.check_model(model, loaded)
+    if target != "bf16" and device.type != "cpu":
+        raise UnsupportedModelError(causal_lm.FP8_ON_CUDA.format(name=type(model).__name__, device=device))
+    plan = plan_for(model.config, device, workers, plan_cache_dir, weight_format=target)
+    layers = fp8_layers.layer_paths(family, plan.shape)
+    originals = fp8_layers.quantize_layers(model, layers) if target != loaded else {}
+    try:
+        weights_list = family.weights(model, plan.shape)
+        causal_lm.check_weights(model, plan, weights_list)
+    except Exception:
+        fp8_layers.restore_layers(model, originals)
+        raise
     decoder = TileDecoder(plan, device)
-    decoder.bind(model, weights, Bindings(model, weight_paths(family, plan.shape)))
+    decoder.bind(model, weights_list, Bindings(model, weight_paths(family, plan.shape)))
     state = PatchState(family=family, decoder=decoder, cache_field=cache_field(), multi_token_option=multi_token,
-                       workers=workers, plan_cache_dir=plan_cache_dir)
+                       workers=workers, plan_cache_dir=plan_cache_dir, fp8_originals=originals,
+                       fp8_forwards=fp8_layers.dequantizing_forwards(model, layers) if target != "bf16" else [])
+    _install(model, state)
+    return model
+
+
+def _install(model, state: PatchState) -> None:
+    """The instance attributes of a patched model: its patched methods, copy and pickle hooks, and the state."""
     state.save_instance_attrs(model)
     for name in ("forward", "generate"):
         original = state.original(model, name)
@@ -76,15 +108,17 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
     model.__dict__["__deepcopy__"] = types.MethodType(_deepcopy, model)
     model.__dict__["__getstate__"] = types.MethodType(_getstate, model)
     model.__dict__[STATE_ATTR] = state
-    return model
 
 
 def unpatch(model):
-    """Undo patch(): the model's own forward and generate, no tiles attributes left. A model that is not
-    patched is returned unchanged."""
+    """Undo patch(): the model's own forward and generate, no tiles attributes left; after patch(weights="fp8")
+    the original BF16 nn.Linear layers (the same modules, untouched) in place of the FP8 ones, so the model is
+    exactly what it was. A model that is not patched is returned unchanged."""
     state = model.__dict__.pop(STATE_ATTR, None)
     if state is not None:
         state.restore_instance_attrs(model.__dict__)
+        fp8_layers.undo_forwards(state.fp8_forwards)
+        fp8_layers.restore_layers(model, state.fp8_originals)
     return model
 
 

@@ -7,6 +7,7 @@ newer planner re-plans.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -32,11 +33,12 @@ def plan_cache_dir() -> Path:
     return cache_dir() / "plans"
 
 
-def plan_for(config, device, workers: int | None = None, cache_dir=None) -> Plan:
-    """The plan for `config` on `device`. cache_dir=False: build in memory, never touch the disk.
+def plan_for(config, device, workers: int | None = None, cache_dir=None, weight_format: str = "bf16") -> Plan:
+    """The plan for `config` on `device` with weights in `weight_format` (planner/format.py WEIGHT_FORMATS).
+    cache_dir=False: build in memory, never touch the disk.
     Raises planner.UnsupportedConfig (naming the field) for a config the planner cannot serve."""
     device = torch.device(device)
-    shape = shape_of(config)
+    shape = dataclasses.replace(shape_of(config), weight_format=weight_format)
     gpu = GpuTarget.of_device(device)
     workers = int(workers or default_workers(device))
     if cache_dir is False:

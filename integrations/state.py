@@ -7,8 +7,11 @@ carries a state of its own (`__deepcopy__`: the same plan, a fresh runtime, boun
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from dataclasses import dataclass, field
+
+from tiles_ext.fp8 import model as fp8_layers
 
 from tiles_ext.integrations import causal_lm
 from tiles_ext.integrations.bindings import Bindings, weight_paths
@@ -45,6 +48,8 @@ class PatchState:
     warned: set = field(default_factory=set)
     trusted: bool = False   # inside generate(): the wrapper checked mask, positions and weights once
     quiet: bool = False     # inside a generate() the wrapper already sent to PyTorch (and warned about)
+    fp8_originals: dict = field(default_factory=dict)  # patch(weights="fp8"): module path -> the BF16 nn.Linear
+    fp8_forwards: list = field(default_factory=list)   # FP8 layers given a dequantizing forward for prefill
 
     @property
     def multi_token(self) -> bool:
@@ -96,8 +101,10 @@ class PatchState:
     def rebind(self, model) -> None:
         name = type(model).__name__
         try:
-            device = causal_lm.check_model(model)
-            shape = self.family.shape(model.config)
+            base = self.family.shape(model.config)
+            weight_format = fp8_layers.weight_format_of(model, self.family, base)
+            device = causal_lm.check_model(model, weight_format)
+            shape = dataclasses.replace(base, weight_format=weight_format)
         except (UnsupportedModelError, ValueError) as e:
             raise UnsupportedModelError(
                 f"tiles_ext: {name} changed after patch() in a way the tile op cannot run: {e}. "
@@ -105,7 +112,8 @@ class PatchState:
         decoder = self.decoder
         if shape != decoder.plan.shape or device != decoder.device:
             # A new vocabulary (resize_token_embeddings) or a move to another device: plan as patch() did.
-            decoder = TileDecoder(plan_for(model.config, device, self.workers, self.plan_cache_dir), device)
+            decoder = TileDecoder(plan_for(model.config, device, self.workers, self.plan_cache_dir, weight_format),
+                                  device)
         weights = self.family.weights(model, decoder.plan.shape)
         try:
             causal_lm.check_weights(model, decoder.plan, weights, hint=causal_lm.REPLACED_HINT)
@@ -127,7 +135,8 @@ class PatchState:
             multi_token_option=self.multi_token_option, workers=self.workers,
             plan_cache_dir=copy.deepcopy(self.plan_cache_dir, memo), signatures=dict(self.signatures),
             positional={k: list(v) for k, v in self.positional.items()},
-            saved=copy.deepcopy(saved, memo), warned=set(self.warned))
+            saved=copy.deepcopy(saved, memo), warned=set(self.warned),
+            fp8_originals=copy.deepcopy(self.fp8_originals, memo), fp8_forwards=[])
 
     def __reduce_ex__(self, protocol):
         # A patched model pickles as its plain self (patch's __getstate__ hook leaves the state out); the state alone

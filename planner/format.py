@@ -87,7 +87,8 @@ import enum
 from dataclasses import dataclass
 
 MAGIC = 0x454C4954  # "TILE" little-endian
-FORMAT_VERSION = 4  # 4: the weight table (slot, layer, rows, cols) per weight; QKV bias and ATTN q/k-norm fields
+FORMAT_VERSION = 5  # 5: the header's weight_dtype and scale_layout, the *_scale slots (FP8 weights); 4: the weight
+# table (slot, layer, rows, cols) per weight, QKV bias and ATTN q/k-norm fields
 # Bumped whenever an executor's behaviour for the same blob changes (kernel ABI).
 ABI_VERSION = 1
 
@@ -129,9 +130,55 @@ class DType(enum.IntEnum):
     F32 = 0
     BF16 = 1
     I32 = 2
+    F8E4M3 = 3   # OCP FP8 E4M3 (torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits, no infinities
 
 
-DTYPE_BYTES = {DType.F32: 4, DType.BF16: 2, DType.I32: 4}
+DTYPE_BYTES = {DType.F32: 4, DType.BF16: 2, DType.I32: 4, DType.F8E4M3: 1}
+
+
+# --- weight formats (docs/numerics.md, "FP8 weights") -----------------------------------------------------------
+# The matrices of QUANTIZED_SLOTS are BF16, or E4M3 with fp32 scales in one of the scale layouts; every executor
+# dequantizes an element as float(q) * scale in fp32 and accumulates in fp32 as for BF16 weights. Norms, biases,
+# the embedding and the LM head stay BF16 in every format: they are a small part of the bytes (SmolLM2: the tied
+# embedding is the LM head, 28 % of its weights) and the LM head's rounding moves every logit.
+class ScaleLayout(enum.IntEnum):
+    NONE = 0          # BF16 matrices, no scale slots
+    PER_CHANNEL = 1   # one fp32 scale per output row: w[r, k] = float(q[r, k]) * s[r]
+    BLOCK128 = 2      # one fp32 scale per 128 x 128 block (Transformers' fine-grained FP8, weight_scale_inv):
+                      # w[r, k] = float(q[r, k]) * s[r / 128, k / 128]; edge blocks may be partial
+
+
+SCALE_BLOCK = 128       # rows and columns of a BLOCK128 scale block
+FP8_E4M3_MAX = 448.0    # the largest finite E4M3 value
+# The weights= names of patch() and ModelShape.weight_format -> (matrix dtype, scale layout).
+WEIGHT_FORMATS = {
+    "bf16": (DType.BF16, ScaleLayout.NONE),
+    "fp8": (DType.F8E4M3, ScaleLayout.PER_CHANNEL),
+    "fp8_block128": (DType.F8E4M3, ScaleLayout.BLOCK128),
+}
+# The matrices a weight format other than bf16 quantizes, each with its scale slot.
+QUANTIZED_SLOTS = ("q", "k", "v", "o", "gate", "up", "down")
+SCALE_SLOTS = {f"{s}_scale": s for s in QUANTIZED_SLOTS}
+
+
+def scale_shape(layout: ScaleLayout, rows: int, cols: int) -> tuple[int, int]:
+    """(rows, cols) of the scale tensor of a rows x cols matrix; cols 0 = a vector."""
+    if layout == ScaleLayout.PER_CHANNEL:
+        return rows, 0
+    if layout == ScaleLayout.BLOCK128:
+        return -(-rows // SCALE_BLOCK), -(-cols // SCALE_BLOCK)
+    raise ValueError(f"scale layout {layout!r} has no scale tensor")
+
+
+def matrix_bytes(layout: ScaleLayout, r0: int, r1: int, cols: int) -> int:
+    """Bytes a tile streams for rows [r0, r1) of a matrix with `cols` columns: its elements and the scales of
+    those rows (a BLOCK128 tile reads every block row it touches)."""
+    if layout == ScaleLayout.NONE:
+        return (r1 - r0) * cols * 2
+    if layout == ScaleLayout.PER_CHANNEL:
+        return (r1 - r0) * (cols + 4)
+    block_rows = (r1 - 1) // SCALE_BLOCK - r0 // SCALE_BLOCK + 1 if r1 > r0 else 0
+    return (r1 - r0) * cols + block_rows * -(-cols // SCALE_BLOCK) * 4
 
 
 class StateWord(enum.IntEnum):
@@ -220,12 +267,16 @@ SLOT_SHAPES = {
     "q_norm": ("head_dim", None),
     "k_norm": ("head_dim", None),
 }
-SLOTS = tuple(SLOT_SHAPES)
+# The scale slots follow (their shapes: scale_shape of their matrix's in the plan's layout).
+SLOTS = tuple(SLOT_SHAPES) + tuple(SCALE_SLOTS)
 SLOT = {name: i for i, name in enumerate(SLOTS)}
 # Slots that exist once per model (layer -1 in the weight table); every other slot exists once per layer.
 MODEL_SLOTS = ("final_norm", "lm_head", "embed")
-# The most slots one layer can have: bounds the CUDA kernel's by-value weight-pointer table.
+# The most slots one layer can have.
 MAX_LAYER_SLOTS = len(SLOTS) - len(MODEL_SLOTS)
+# The most slots a BF16 layer can have (no scale slots): bounds the CUDA kernel's by-value weight-pointer table,
+# which serves BF16 plans only (the op refuses an FP8 plan on CUDA before it fills the table).
+MAX_BF16_LAYER_SLOTS = MAX_LAYER_SLOTS - len(SCALE_SLOTS)
 # The op's weights list: for every layer, the slots of the header's layer_slots mask in SLOTS order; then the
 # MODEL_SLOTS in SLOTS order (planner/weights.py builds it, the generated weight_entry() reads it back in C++).
 # The C++ expression of each shape dimension of SLOT_SHAPES, from a Header `h`.
@@ -244,6 +295,8 @@ OP_NAMES = {Op.EMBED: "embed", Op.QKV: "qkv", Op.ATTN: "attn", Op.MERGE: "merge"
 
 def slot_shape(slot: str, shape) -> tuple[int, int]:
     """(rows, cols) of `slot` for a ModelShape; cols 0 = a vector."""
+    if slot in SCALE_SLOTS:
+        return scale_shape(WEIGHT_FORMATS[shape.weight_format][1], *slot_shape(SCALE_SLOTS[slot], shape))
     rows, cols = SLOT_SHAPES[slot]
     return int(getattr(shape, rows)), 0 if cols is None else int(getattr(shape, cols))
 
@@ -299,6 +352,8 @@ HEADER_FIELDS = [
     ("cc_minor", "compute capability minor"),
     ("config_hash", "low 31 bits of the model-config hash"),
     ("layer_slots", "bitmask of the per-layer slots (1 << SLOT) every layer has: the weights list's layout"),
+    ("weight_dtype", "DType of the QUANTIZED_SLOTS matrices: BF16, or F8E4M3 with their *_scale slots"),
+    ("scale_layout", "ScaleLayout of the *_scale slots (NONE for BF16 matrices)"),
 ]
 
 BUFFER_FIELDS = [
@@ -471,12 +526,14 @@ def _render_constants() -> list[str]:
         f"constexpr const char* kAttnWarpsHeadDimsText = {_c_string(', '.join(map(str, ATTN_WARPS_HEAD_DIMS)))};",
         f"constexpr int32_t kNumSlots = {len(SLOTS)};",
         f"constexpr int32_t kMaxLayerSlots = {MAX_LAYER_SLOTS};",
+        f"constexpr int32_t kMaxBf16LayerSlots = {MAX_BF16_LAYER_SLOTS};",
         f"constexpr int32_t kFlagWaitCounter = {FLAG_WAIT_COUNTER};",
         f"constexpr int32_t kCandCap = {CAND_CAP};",
         f"constexpr int32_t kCandSlot = {CAND_SLOT};",
         f"constexpr int32_t kKeptCap = {KEPT_CAP};",
         f"constexpr int32_t kSamplerHeaderWords = {SAMPLER_HEADER_WORDS};",
         f"constexpr int32_t kCandSlotWords = {CAND_SLOT_WORDS};",
+        f"constexpr int32_t kScaleBlockSize = {SCALE_BLOCK};",
         "",
     ]
 
@@ -484,7 +541,7 @@ def _render_constants() -> list[str]:
 def _render_enums() -> list[str]:
     out = []
     for enum_cls, prefix in ((Op, "kOp"), (DType, "kDType"), (StateWord, "kState"), (ErrorCode, "kError"),
-                             (SampleMode, "kMode")):
+                             (SampleMode, "kMode"), (ScaleLayout, "kScale")):
         out.append(f"// {enum_cls.__name__}")
         out += [f"constexpr int32_t {prefix}{_camel(m.name)} = {int(m)};" for m in enum_cls]
         out.append("")
@@ -539,6 +596,12 @@ def _render_weight_rules() -> list[str]:
     for slot, (rows, cols) in SLOT_SHAPES.items():
         c = "0" if cols is None else DIM_EXPRESSIONS[cols]
         cases.append(f"    case kSlot{_camel(slot)}: *rows = {DIM_EXPRESSIONS[rows]}; *cols = {c}; return;")
+    for slot, matrix in SCALE_SLOTS.items():
+        rows, cols = (DIM_EXPRESSIONS[d] for d in SLOT_SHAPES[matrix])
+        cases.append(f"    case kSlot{_camel(slot)}: scale_shape(h.scale_layout, {rows}, {cols}, rows, cols); return;")
+    scaled = ["-1"] * len(SLOTS)
+    for slot, matrix in SCALE_SLOTS.items():
+        scaled[SLOT[matrix]] = f"kSlot{_camel(slot)}"
     model_mask = sum(1 << SLOT[s] for s in MODEL_SLOTS)
     return [
         f"constexpr int32_t kModelSlotMask = {model_mask};",
@@ -566,6 +629,36 @@ def _render_weight_rules() -> list[str]:
         "    if (k-- == 0) { *slot = s; return true; }",
         "  }",
         "  return false;",
+        "}",
+        "// The scale slot of each slot (-1: a slot the FP8 formats keep in BF16; planner/format.py SCALE_SLOTS).",
+        *_c_table("int32_t", "kScaleSlotOf", scaled),
+        "// Rows and columns (0: a vector) of the scale tensor of a rows x cols matrix (format.py scale_shape).",
+        "inline void scale_shape(int32_t layout, int64_t rows, int64_t cols, int64_t* srows, int64_t* scols) {",
+        "  if (layout == kScalePerChannel) { *srows = rows; *scols = 0; return; }",
+        "  if (layout == kScaleBlock128) {",
+        "    *srows = (rows + kScaleBlockSize - 1) / kScaleBlockSize;",
+        "    *scols = (cols + kScaleBlockSize - 1) / kScaleBlockSize;",
+        "    return;",
+        "  }",
+        "  *srows = -1; *scols = -1;",
+        "}",
+        "// Entry of (slot, layer) in the weights list (layer ignored for a model slot); -1 where there is none.",
+        "inline int64_t weight_index(const Header& h, int32_t slot, int32_t layer) {",
+        "  if (slot < 0 || slot >= kNumSlots) return -1;",
+        "  const int32_t below = (int32_t(1) << slot) - 1;",
+        "  if ((kModelSlotMask >> slot) & 1) {",
+        "    return int64_t(h.num_layers) * popcount32(h.layer_slots) + popcount32(kModelSlotMask & below);",
+        "  }",
+        "  if (!((h.layer_slots >> slot) & 1) || layer < 0 || layer >= h.num_layers) return -1;",
+        "  return int64_t(layer) * popcount32(h.layer_slots) + popcount32(h.layer_slots & below);",
+        "}",
+        "// The DType a slot's tensor has in this header's weight format: the FP8 matrices h.weight_dtype, their",
+        "// scales F32, every other slot BF16.",
+        "inline int32_t slot_dtype(const Header& h, int32_t slot) {",
+        "  for (int32_t m = 0; m < kNumSlots; ++m) {",
+        "    if (kScaleSlotOf[m] == slot) return kDTypeF32;",
+        "  }",
+        "  return slot >= 0 && slot < kNumSlots && kScaleSlotOf[slot] >= 0 ? h.weight_dtype : kDTypeBf16;",
         "}",
         "// Rows and columns (0: a vector of `rows` elements) of a slot for this header's model.",
         "inline void slot_shape(const Header& h, int32_t slot, int64_t* rows, int64_t* cols) {",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, DType, Op
+from tiles_ext.planner.format import ATTN_CHUNK_ELEMS, TILE, DType, Op, matrix_bytes
 from tiles_ext.planner.shape import ModelShape
 from tiles_ext.planner.weights import WeightLayout
 
@@ -219,6 +219,14 @@ class _Builder:
     def w(self, layer: int, slot: str) -> int:
         return self.layout.index(layer, slot)
 
+    def matrix_bytes(self, r0: int, r1: int, cols: int) -> int:
+        """Bytes streamed for weight rows [r0, r1) of a matrix with `cols` columns, in the shape's weight format."""
+        return matrix_bytes(self.s.scale_layout, r0, r1, cols)
+
+    def row_bytes(self, cols: int) -> int:
+        """Bytes of one matrix row in the shape's weight format (what the cut rules size tiles by)."""
+        return self.matrix_bytes(0, 1, cols)
+
     def buf(self, name: str, numel: int, dtype: DType) -> None:
         self.bid[name] = len(self.buffers)
         self.buffers.append(BufferSpec(name, numel, dtype))
@@ -258,7 +266,7 @@ class _Builder:
         self.P = attn_partitions or default_partitions(W, s.num_kv_heads)
         self.free_qkv = r.attn0_off_qkv and W > 2 * s.num_kv_heads
         self.qkv_pieces = floor_pieces(s.q_dim + 2 * s.kv_dim, W - s.num_kv_heads if self.free_qkv else W,
-                                       s.hidden * 2, r.min_rows)
+                                       self.row_bytes(s.hidden), r.min_rows)
         self.attn_off_qkv = r.attn_off_qkv
         if self.attn_off_qkv is None:
             off_p = min(MAX_OFF_QKV_PARTITIONS, (W - self.qkv_pieces) // s.num_kv_heads)
@@ -308,7 +316,7 @@ class _Builder:
                 Op.QKV, st, piece, self.cid[f"qkv{l}.{h}"], [self.full(x_in)],
                 layer=l, weight=self.w(l, which), weight2=self.w(l, f"{which}_bias"), norm=self.w(l, "input_norm"),
                 in_buf=self.bid[f"x{l}"], row_begin=base_row + r0, row_end=base_row + r1, out_buf=self.bid[out],
-                out_offset=base_row + r0, weight_bytes=(r1 - r0) * H * 2))
+                out_offset=base_row + r0, weight_bytes=self.matrix_bytes(base_row + r0, base_row + r1, H)))
         self.qkv_tiles = tiles
         return tiles
 
@@ -348,37 +356,38 @@ class _Builder:
         H = s.hidden
         st = self.new_stage(f"L{l}.o", [f"o{l}"])
         avoid = r.o_off_merge and W > 2 * s.num_kv_heads
-        cut = cut_rows([("o", H)], floor_pieces(H, W - s.num_kv_heads if avoid else W, s.q_dim * 2, r.min_rows))
+        pieces = floor_pieces(H, W - s.num_kv_heads if avoid else W, self.row_bytes(s.q_dim), r.min_rows)
+        cut = cut_rows([("o", H)], pieces)
         free = W - s.num_kv_heads
         return [self.add(Op.RESID, st, piece, self.cid[f"o{l}"], [self.full(f"merge{l}")],
                          not_with=merge_tiles if avoid and piece < free else (),
                          layer=l, weight=self.w(l, "o"), in_buf=self.bid[f"attn_out{l}"], in2_buf=self.bid[f"x{l}"],
                          out_buf=self.bid[f"xm{l}"], row_begin=r0, row_end=r1, out_offset=r0,
-                         weight_bytes=(r1 - r0) * s.q_dim * 2)
+                         weight_bytes=self.matrix_bytes(r0, r1, s.q_dim))
                 for piece, _, r0, r1 in cut]
 
     def gateup(self, l: int, o_tiles: list[int]) -> None:
         s, W, r = self.s, self.W, self.rules
         H = s.hidden
         st = self.new_stage(f"L{l}.gateup", [f"gateup{l}"])
-        pieces = floor_pieces(s.intermediate, W, 4 * H, r.min_rows)
+        pieces = floor_pieces(s.intermediate, W, 2 * self.row_bytes(H), r.min_rows)
         avoid = o_tiles if r.gateup_off_o and W - len(o_tiles) >= pieces else ()
         for piece, _, r0, r1 in cut_rows([("gu", s.intermediate)], pieces):
             self.add(Op.GATEUP, st, piece, self.cid[f"gateup{l}"], [self.full(f"o{l}")], not_with=avoid,
                      layer=l, weight=self.w(l, "gate"), weight2=self.w(l, "up"), norm=self.w(l, "post_norm"),
                      in_buf=self.bid[f"xm{l}"], out_buf=self.bid[f"act{l}"], row_begin=r0, row_end=r1, out_offset=r0,
-                     weight_bytes=2 * (r1 - r0) * H * 2)
+                     weight_bytes=2 * self.matrix_bytes(r0, r1, H))
 
     def down(self, l: int) -> None:
         s = self.s
         H = s.hidden
         st = self.new_stage(f"L{l}.down", [f"down{l}"])
-        cut = cut_rows([("down", H)], floor_pieces(H, self.W, s.intermediate * 2, self.rules.min_rows))
+        cut = cut_rows([("down", H)], floor_pieces(H, self.W, self.row_bytes(s.intermediate), self.rules.min_rows))
         for piece, _, r0, r1 in cut:
             self.add(Op.RESID, st, piece, self.cid[f"down{l}"], [self.full(f"gateup{l}")],
                      layer=l, weight=self.w(l, "down"), in_buf=self.bid[f"act{l}"], in2_buf=self.bid[f"xm{l}"],
                      out_buf=self.bid[f"x{l + 1}"], row_begin=r0, row_end=r1, out_offset=r0,
-                     weight_bytes=(r1 - r0) * s.intermediate * 2)
+                     weight_bytes=self.matrix_bytes(r0, r1, s.intermediate))
 
     def lm_head(self) -> None:
         s = self.s

@@ -142,7 +142,7 @@ def mark_merge_next(tiles: np.ndarray, lists) -> None:
 # The default planner's revision: bumped whenever build_plan's defaults give another plan for some config, so that
 # plan caches (planfile.cache_path) re-plan instead of running an older plan, valid but slower, forever.
 # tests/test_planner_graph.py holds each shipped config's plan hash.
-PLAN_REVISION = 4
+PLAN_REVISION = 5
 DEFAULT_RULES = CutRules(o_off_merge=True, attn0_off_qkv=True, min_rows=MIN_ROWS, attn_off_qkv=None,
                          gateup_off_o=True)
 
@@ -217,6 +217,7 @@ def _header(shape: ModelShape, gpu: GpuTarget, g, sections: dict, scratch_bytes:
         counter_stride=fmt.COUNTER_STRIDE_WORDS, eps_bits=fmt.float_bits(shape.eps),
         sm_count=gpu.sm_count, cc_major=gpu.cc_major, cc_minor=gpu.cc_minor,
         config_hash=int(shape.config_hash()[:8], 16) & 0x7FFFFFFF, layer_slots=layer_slot_mask(shape),
+        weight_dtype=int(fmt.WEIGHT_FORMATS[shape.weight_format][0]), scale_layout=int(shape.scale_layout),
     )
     o = HEADER.words
     for name, arr in sections.items():

@@ -9,6 +9,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from tiles_ext.planner.format import QUANTIZED_SLOTS, WEIGHT_FORMATS, ScaleLayout, matrix_bytes, slot_shape
+
 
 class UnsupportedConfig(ValueError):
     """A config the planner cannot serve; the message names the field and what is supported."""
@@ -30,6 +32,14 @@ class ModelShape:
     # The layer recipe's numeric features (tile fields the executors read; planner/format.py):
     qkv_bias: bool = False      # q, k and v projections add a bias vector
     qk_norm: bool = False       # q and k get a per-head RMSNorm before RoPE
+    # How the QUANTIZED_SLOTS matrices are stored: a planner/format.py WEIGHT_FORMATS name ("bf16", "fp8",
+    # "fp8_block128"). The FP8 formats add a scale slot per matrix to every layer.
+    weight_format: str = "bf16"
+
+    def __post_init__(self):
+        if self.weight_format not in WEIGHT_FORMATS:
+            raise UnsupportedConfig(f"weight format {self.weight_format!r} is not served; the formats are "
+                                    f"{', '.join(map(repr, WEIGHT_FORMATS))}")
 
     @property
     def group(self) -> int:
@@ -49,7 +59,7 @@ class ModelShape:
         # Features left at their default are not written, so that a new feature leaves existing shapes' hashes
         # (and the plan files keyed by them) unchanged.
         d = asdict(self)
-        for name, value in (("qkv_bias", False), ("qk_norm", False)):
+        for name, value in (("qkv_bias", False), ("qk_norm", False), ("weight_format", "bf16")):
             if d[name] == value:
                 del d[name]
         return json.dumps(d, sort_keys=True)
@@ -57,12 +67,19 @@ class ModelShape:
     def config_hash(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
+    @property
+    def scale_layout(self) -> ScaleLayout:
+        return WEIGHT_FORMATS[self.weight_format][1]
+
     def weight_bytes(self) -> int:
-        """BF16 bytes of weights read per decode token (embedding row not counted)."""
-        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        layer = q * h + 2 * kv * h + h * q + 3 * i * h + 2 * h
+        """Bytes of weights read per decode token (embedding row not counted): the matrices in their format (FP8:
+        1 byte per element plus the scales), everything else BF16."""
+        h = self.hidden
+        matrices = sum(matrix_bytes(self.scale_layout, 0, rows, cols)
+                       for rows, cols in (slot_shape(s, self) for s in QUANTIZED_SLOTS))
+        vectors = 2 * h
         if self.qkv_bias:
-            layer += q + 2 * kv
+            vectors += self.q_dim + 2 * self.kv_dim
         if self.qk_norm:
-            layer += 2 * self.head_dim
-        return self.num_layers * layer * 2 + (self.vocab * h + h) * 2
+            vectors += 2 * self.head_dim
+        return self.num_layers * (matrices + vectors * 2) + (self.vocab * h + h) * 2

@@ -75,6 +75,8 @@ def _check_header(plan) -> None:
     need("config_hash", int(s.config_hash()[:8], 16) & 0x7FFFFFFF, " (hash of the model shape)")
     need("layer_slots", layer_slot_mask(s), " (the per-layer slots of the model shape)")
     need("num_weights", len(WeightLayout(s)))
+    need("weight_dtype", int(fmt.WEIGHT_FORMATS[s.weight_format][0]), f" (weight format {s.weight_format!r})")
+    need("scale_layout", int(s.scale_layout), f" (weight format {s.weight_format!r})")
     need("counter_stride", fmt.COUNTER_STRIDE_WORDS)
     need("state_words", fmt.STATE_HEADER_WORDS + h["num_counters"] * fmt.COUNTER_STRIDE_WORDS)
     for field in ("num_workers", "num_tiles", "num_counters", "attn_partitions", "attn_granule", "lm_tiles"):
@@ -318,7 +320,7 @@ class _Checker:
         b = self.need_buf(i, "out_buf", DType.BF16, numel=s.q_dim if name == "q" else s.kv_dim)
         r0, r1 = self.rows_out(i, c["weight"][i])
         self.writes.append((i, b, r0, r1))
-        self.need_bytes(i, (r1 - r0) * H * 2)
+        self.need_bytes(i, fmt.matrix_bytes(self.s.scale_layout, r0, r1, H))
         self.kind[i] = f"L{layer}.{name}"
 
     def check_attn(self, i, layer):
@@ -373,7 +375,7 @@ class _Checker:
         res = self.x_kind[layer] if name == "o" else f"L{layer}.o"
         self.reads.append((i, self.need_buf(i, "in2_buf", DType.F32, numel=H), r0, r1, res))
         self.writes.append((i, self.need_buf(i, "out_buf", DType.F32, numel=H), r0, r1))
-        self.need_bytes(i, (r1 - r0) * cols * 2)
+        self.need_bytes(i, fmt.matrix_bytes(self.s.scale_layout, r0, r1, cols))
         self.kind[i] = f"L{layer}.{name}"
 
     def check_gateup(self, i, layer):
@@ -387,7 +389,7 @@ class _Checker:
         r0, r1 = self.rows_out(i, c["weight"][i])
         self.rows.setdefault(c["weight2"][i], []).append((r0, r1, i))
         self.writes.append((i, self.need_buf(i, "out_buf", DType.BF16, numel=s.intermediate), r0, r1))
-        self.need_bytes(i, 2 * (r1 - r0) * H * 2)
+        self.need_bytes(i, 2 * fmt.matrix_bytes(self.s.scale_layout, r0, r1, H))
         self.kind[i] = f"L{layer}.gateup"
 
     def check_lmhead(self, i, layer):

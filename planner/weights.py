@@ -2,7 +2,8 @@
 
 The list follows from the shape's features alone (so two families with the same shape share plans): per layer the
 slots it has, in SLOTS order (input_norm, q, k, v, o, post_norm, gate, up, down, then q_bias, k_bias, v_bias where
-the shape has qkv_bias, q_norm, k_norm where it has qk_norm); after the layers final_norm, lm_head, embed. The
+the shape has qkv_bias, q_norm, k_norm where it has qk_norm, q_scale .. down_scale where its weight format is FP8);
+after the layers final_norm, lm_head, embed. The
 header's layer_slots mask says which slots a layer has, so that C++ reads the layout from the header
 (csrc/generated/plan_format.h weight_entry); the plan also carries it as its weight table (format.WEIGHT).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiles_ext.planner.format import MODEL_SLOTS, SLOT, SLOTS, WEIGHT, slot_shape
+from tiles_ext.planner.format import MODEL_SLOTS, SCALE_SLOTS, SLOT, SLOTS, WEIGHT, slot_shape
 from tiles_ext.planner.shape import ModelShape
 
 
@@ -24,6 +25,8 @@ def layer_slots(shape: ModelShape) -> tuple[str, ...]:
         present |= {"q_bias", "k_bias", "v_bias"}
     if shape.qk_norm:
         present |= {"q_norm", "k_norm"}
+    if shape.weight_format != "bf16":
+        present |= set(SCALE_SLOTS)
     return tuple(s for s in SLOTS if s in present)
 
 

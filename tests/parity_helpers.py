@@ -99,7 +99,7 @@ class Bound:
     @classmethod
     def of(cls, model16, plan):
         inv, scale = rope_tables(model16)
-        return cls(TileRuntime(plan, "cpu"), model_weights(model16), inv, scale)
+        return cls(TileRuntime(plan, "cpu"), model_weights(model16, plan.shape), inv, scale)
 
     def step(self, cache, token: int, position: int, num_steps=1, eos_ids=(), order_seed=0):
         k, v = cache_lists(cache)

@@ -246,10 +246,10 @@ def test_partition_0_attention_can_avoid_the_qkv_workers(name):
     assert not np.array_equal(plan.to_blob(), build_plan(cfg(name), 132, attn0_off_qkv=False).to_blob())
 
 
-# Blob hashes of the default plans (plan format 4: the weight table; the cut is revision 4's, field by field the same
-# as under format 3).
-DEFAULT_PLAN_MD5 = {4: {"llama-3.2-1b-config.json": "15d1d748de1d287a94992db2a0400625",
-                        "smollm2-135m-config.json": "435e52f63aa1814f996c2c11c886b882"}}
+# Blob hashes of the default plans (plan format 5: the header's weight_dtype and scale_layout; the cut is revision
+# 4's, tile by tile the same as under formats 3 and 4).
+DEFAULT_PLAN_MD5 = {5: {"llama-3.2-1b-config.json": "362d49f262ed227796f34eed83b85a2a",
+                        "smollm2-135m-config.json": "9748f0ee9680593ed9beca7b38faa961"}}
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])

@@ -266,7 +266,9 @@ def load_default_model(device="cpu", dtype=torch.bfloat16):
 
 def load_model(path_or_dir, device="cpu", dtype=torch.bfloat16):
     """(model, tokenizer or None) from a local Hugging Face checkpoint folder (config.json + weights), or from a
-    local .gguf file. Nothing is downloaded: a path that does not exist is an error, not a hub id."""
+    local .gguf file. Nothing is downloaded: a path that does not exist is an error, not a hub id. A fine-grained
+    FP8 checkpoint (quantization_config quant_method "fp8", 128x128 block scales) keeps its E4M3 layers
+    (Transformers' FP8Linear) whatever the device; `dtype` applies to the rest of such a model as stored."""
     path = Path(path_or_dir).expanduser()
     if not path.exists():
         raise ModelLoadError(f"no checkpoint at {str(path)!r}: expected a local folder with config.json and "
@@ -285,7 +287,12 @@ def load_model(path_or_dir, device="cpu", dtype=torch.bfloat16):
         if problem:
             raise ModelLoadError(f"{str(path)!r}: {problem}; the checkpoint is damaged: save or copy it again")
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
+
+    from tiles_ext.fp8.checkpoint import fp8_quantization, load_fp8_model
+    if fp8_quantization(path) is not None:  # E4M3 layers as stored (on a CPU from_pretrained would dequantize)
+        model = load_fp8_model(path, device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
     tokenizer = None
     if any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

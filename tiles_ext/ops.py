@@ -28,8 +28,12 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
                  lambda: f"plan shape {tuple(plan.shape)}, expected ({plan_header[_H['total_words']]},)")
     num_weights = int(plan_header[_H["num_weights"]])
     torch._check(len(weights) == num_weights, lambda: f"{len(weights)} weights, the plan expects {num_weights}")
+    # An FP8 plan's list mixes E4M3 matrices, their fp32 scales and BF16 vectors (the real kernels check which is
+    # which); a BF16 plan's is all BF16.
+    fp8 = int(plan_header[_H["weight_dtype"]]) == fmt.DType.F8E4M3
+    allowed = (torch.bfloat16, torch.float8_e4m3fn, torch.float32) if fp8 else (torch.bfloat16,)
     for w in weights:
-        torch._check(w.dtype == torch.bfloat16, lambda: f"weight dtype {w.dtype}, expected torch.bfloat16")
+        torch._check(w.dtype in allowed, lambda: f"weight dtype {w.dtype}, expected one of {allowed}")
     torch._check(len(k_cache) == layers and len(v_cache) == layers,
                  lambda: f"k_cache/v_cache have {len(k_cache)}/{len(v_cache)} layers, the plan expects {layers}")
     for c in list(k_cache) + list(v_cache):

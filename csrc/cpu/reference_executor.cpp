@@ -311,11 +311,17 @@ void check_launch(const PlanView& view, const int32_t* st, int64_t pos, int64_t 
 // The raw pointers a launch's tiles read and write (LaunchIO points into these).
 struct LaunchPointers {
   std::vector<const uint16_t*> weights;
+  std::vector<const float*> scales;  // per weight: its scale tensor (an FP8 matrix), else null
   std::vector<uint16_t*> k_cache, v_cache;
 
-  LaunchPointers(at::TensorList w, at::TensorList k, at::TensorList v)
-      : weights(w.size()), k_cache(k.size()), v_cache(v.size()) {
+  LaunchPointers(const Header& h, at::TensorList w, at::TensorList k, at::TensorList v)
+      : weights(w.size()), scales(w.size(), nullptr), k_cache(k.size()), v_cache(v.size()) {
     for (size_t i = 0; i < w.size(); ++i) weights[i] = reinterpret_cast<const uint16_t*>(w[i].data_ptr());
+    for (size_t i = 0; i < w.size() && h.weight_dtype == kDTypeF8e4m3; ++i) {
+      int32_t slot, layer;
+      if (!weight_entry(h, int64_t(i), &slot, &layer) || kScaleSlotOf[slot] < 0) continue;
+      scales[i] = w[weight_index(h, kScaleSlotOf[slot], layer)].data_ptr<float>();
+    }
     for (size_t l = 0; l < k.size(); ++l) {
       k_cache[l] = reinterpret_cast<uint16_t*>(k[l].data_ptr());
       v_cache[l] = reinterpret_cast<uint16_t*>(v[l].data_ptr());
@@ -351,11 +357,11 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
   auto logits = at::full({num_steps, h.vocab}, std::numeric_limits<float>::quiet_NaN(),
                          at::TensorOptions().dtype(at::kFloat));
   auto tokens = at::full({num_steps}, -1, at::TensorOptions().dtype(at::kLong));
-  const LaunchPointers ptrs(weights, k_cache, v_cache);
+  const LaunchPointers ptrs(h, weights, k_cache, v_cache);
   float eps;
   std::memcpy(&eps, &h.eps_bits, 4);
-  const LaunchIO io{&view, scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.k_cache.data(),
-                    ptrs.v_cache.data(), max_len, eps};
+  const LaunchIO io{&view,          scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.scales.data(),
+                    ptrs.k_cache.data(), ptrs.v_cache.data(),       max_len,             eps};
   const LaunchArgs args{num_steps, pos, token, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
                         logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes,
                         sampler_words};

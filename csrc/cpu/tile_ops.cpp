@@ -1,6 +1,7 @@
 // Tile ops of the reference executor. Reduction orders are fixed (docs/numerics.md) so that every run of the same
 // plan on the same inputs gives bit-identical results, whatever the worker interleaving or thread count.
 #include "cpu/tile_ops.h"
+#include "cpu/weight_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,13 +17,6 @@ namespace cpu {
 
 namespace {
 
-inline float bf16_to_f32(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Round to nearest even, NaN stays NaN (same as c10::BFloat16 and CUDA __float2bfloat16_rn).
 inline uint16_t f32_to_bf16(float f) {
   if (std::isnan(f)) return 0x7FC0;
@@ -34,24 +28,6 @@ inline uint16_t f32_to_bf16(float f) {
 
 inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
-constexpr int kLanes = 8;
-
-// The fixed dot-product order: lane j accumulates the products k = j (mod 8) in increasing k, then the lanes
-// are added pairwise ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-inline float lane_sum(const float* a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
-inline float dot_w(const uint16_t* w, const float* x, int64_t K) {
-  float acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + kLanes <= K; k += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += bf16_to_f32(w[k + j]) * x[k + j];
-  }
-  for (; k < K; ++k) acc[k % kLanes] += bf16_to_f32(w[k]) * x[k];
-  return lane_sum(acc);
-}
-
 inline float dot_f(const float* a, const float* b, int64_t K) {
   float acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
@@ -60,6 +36,13 @@ inline float dot_f(const float* a, const float* b, int64_t K) {
   }
   for (; k < K; ++k) acc[k % kLanes] += a[k] * b[k];
   return lane_sum(acc);
+}
+
+// Matrix w of the weights list in the plan's weight format (its scales where it has them).
+WeightRows matrix(const LaunchIO& io, int32_t w) {
+  const bool scaled = io.scales[w] != nullptr;
+  return WeightRows{io.weights[w], io.scales[w], scaled ? io.plan->h.scale_layout : kScaleNone,
+                    io.plan->weights[w].cols};
 }
 
 template <typename T>
@@ -223,15 +206,15 @@ std::vector<float> normed_input(const LaunchIO& io, const Tile& t) {
 void run_qkv(const LaunchIO& io, const Tile& t) {
   const int64_t H = io.plan->h.hidden;
   const std::vector<float> hn = normed_input(io, t);
-  const uint16_t* w = io.weights[t.weight];
+  const WeightRows w = matrix(io, t.weight);
   uint16_t* out = buf<uint16_t>(io, t.out_buf) + t.out_offset - t.row_begin;
   if (t.weight2 < 0) {
-    for_rows(t.row_begin, t.row_end, H, [&](int64_t r) { out[r] = f32_to_bf16(dot_w(w + r * H, hn.data(), H)); });
+    for_rows(t.row_begin, t.row_end, H, [&](int64_t r) { out[r] = f32_to_bf16(w.dot(r, hn.data())); });
     return;
   }
   const uint16_t* bias = io.weights[t.weight2];
   for_rows(t.row_begin, t.row_end, H, [&](int64_t r) {
-    out[r] = f32_to_bf16(dot_w(w + r * H, hn.data(), H) + bf16_to_f32(bias[r]));
+    out[r] = f32_to_bf16(w.dot(r, hn.data()) + bf16_to_f32(bias[r]));
   });
 }
 
@@ -240,21 +223,21 @@ void run_resid(const LaunchIO& io, const Tile& t) {
   const uint16_t* in = buf<uint16_t>(io, t.in_buf);
   std::vector<float> x(K);
   for (int64_t k = 0; k < K; ++k) x[k] = bf16_to_f32(in[k]);
-  const uint16_t* w = io.weights[t.weight];
+  const WeightRows w = matrix(io, t.weight);
   const float* res = buf<float>(io, t.in2_buf) + t.out_offset - t.row_begin;
   float* out = buf<float>(io, t.out_buf) + t.out_offset - t.row_begin;
-  for_rows(t.row_begin, t.row_end, K, [&](int64_t r) { out[r] = res[r] + dot_w(w + r * K, x.data(), K); });
+  for_rows(t.row_begin, t.row_end, K, [&](int64_t r) { out[r] = res[r] + w.dot(r, x.data()); });
 }
 
 void run_gateup(const LaunchIO& io, const Tile& t) {
   const int64_t H = io.plan->h.hidden;
   const std::vector<float> hn = normed_input(io, t);
-  const uint16_t* wg = io.weights[t.weight];
-  const uint16_t* wu = io.weights[t.weight2];
+  const WeightRows wg = matrix(io, t.weight);
+  const WeightRows wu = matrix(io, t.weight2);
   uint16_t* out = buf<uint16_t>(io, t.out_buf) + t.out_offset - t.row_begin;
   for_rows(t.row_begin, t.row_end, 2 * H, [&](int64_t r) {
-    const float g = dot_w(wg + r * H, hn.data(), H);
-    const float u = dot_w(wu + r * H, hn.data(), H);
+    const float g = wg.dot(r, hn.data());
+    const float u = wu.dot(r, hn.data());
     out[r] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
   });
 }

@@ -12,7 +12,9 @@ namespace cpu {
 struct LaunchIO {
   const PlanView* plan;
   uint8_t* scratch;
-  const uint16_t* const* weights;  // bf16 bit patterns, weights[i] in plan weight order
+  const uint16_t* const* weights;  // weights[i] in plan weight order: bf16 bit patterns, E4M3 bytes for an FP8
+                                   // matrix, fp32 for a scale (the header's weight_dtype / scale_layout)
+  const float* const* scales;      // scales[i]: the scale tensor of FP8 matrix i, null for every other weight
   uint16_t* const* k_cache;        // per layer, [num_kv_heads, max_len, head_dim] bf16
   uint16_t* const* v_cache;
   int64_t max_len;

@@ -21,9 +21,10 @@ constexpr int kWarps = kThreads / 32;
 // Bounds the by-value pointer tables below (kernel params up to 32 KB): the deepest served models that fit one GPU in
 // BF16 (Qwen3-32B) have 64 layers.
 constexpr int kMaxLayers = 64;
-// Weight pointers passed by value: every layer slot of the format (kMaxLayerSlots: Llama's 9, the q/k/v biases and
-// the q/k norms) for kMaxLayers layers, plus the model's final ones. The op refuses a plan with more (h.num_weights).
-constexpr int kMaxWeights = kMaxLayers * kMaxLayerSlots + (kNumSlots - kMaxLayerSlots);
+// Weight pointers passed by value: every layer slot of a BF16 plan (kMaxBf16LayerSlots: Llama's 9, the q/k/v biases
+// and the q/k norms; the FP8 scale slots not, since the op refuses FP8 plans on CUDA before filling this table) for
+// kMaxLayers layers, plus the model's final ones. The op refuses a plan with more (h.num_weights).
+constexpr int kMaxWeights = kMaxLayers * kMaxBf16LayerSlots + (kNumSlots - kMaxLayerSlots);
 // kAttnChunkElems (plan_format.h): KV positions staged per attention chunk = kAttnChunkElems / head_dim.
 // 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per
 // SM. The flag-hand-off kernels (given to small models, whose stages are hand-off bound) measured 1% faster on

@@ -6,7 +6,7 @@
 namespace tiles {
 
 constexpr int32_t kMagic = 0x454C4954;
-constexpr int32_t kFormatVersion = 4;
+constexpr int32_t kFormatVersion = 5;
 constexpr int32_t kAbiVersion = 1;
 constexpr int32_t kMaxSteps = 64;
 constexpr int32_t kMaxEos = 8;
@@ -17,14 +17,16 @@ constexpr int32_t kAttnWarpsMaxGroup = 8;
 // The warp path's head_dims: one kernel instantiation each (X(hd) per head_dim), and as text for messages.
 #define TILE_ATTN_HEAD_DIMS(X) X(64) X(96) X(128)
 constexpr const char* kAttnWarpsHeadDimsText = "64, 96, 128";
-constexpr int32_t kNumSlots = 17;
-constexpr int32_t kMaxLayerSlots = 14;
+constexpr int32_t kNumSlots = 24;
+constexpr int32_t kMaxLayerSlots = 21;
+constexpr int32_t kMaxBf16LayerSlots = 14;
 constexpr int32_t kFlagWaitCounter = -2;
 constexpr int32_t kCandCap = 64;
 constexpr int32_t kCandSlot = 128;
 constexpr int32_t kKeptCap = 128;
 constexpr int32_t kSamplerHeaderWords = 32;
 constexpr int32_t kCandSlotWords = 260;
+constexpr int32_t kScaleBlockSize = 128;
 
 // Op
 constexpr int32_t kOpEmbed = 1;
@@ -40,6 +42,7 @@ constexpr int32_t kOpArgmax = 8;
 constexpr int32_t kDTypeF32 = 0;
 constexpr int32_t kDTypeBf16 = 1;
 constexpr int32_t kDTypeI32 = 2;
+constexpr int32_t kDTypeF8e4m3 = 3;
 
 // StateWord
 constexpr int32_t kStateEpoch = 0;
@@ -65,6 +68,11 @@ constexpr int32_t kErrorSamplerOverflow = 6;
 constexpr int32_t kModeGreedy = 0;
 constexpr int32_t kModeSample = 1;
 
+// ScaleLayout
+constexpr int32_t kScaleNone = 0;
+constexpr int32_t kScalePerChannel = 1;
+constexpr int32_t kScaleBlock128 = 2;
+
 // Weight slots (SLOTS): the `slot` of a Weight record.
 constexpr int32_t kSlotInputNorm = 0;
 constexpr int32_t kSlotQ = 1;
@@ -83,6 +91,13 @@ constexpr int32_t kSlotKBias = 13;
 constexpr int32_t kSlotVBias = 14;
 constexpr int32_t kSlotQNorm = 15;
 constexpr int32_t kSlotKNorm = 16;
+constexpr int32_t kSlotQScale = 17;
+constexpr int32_t kSlotKScale = 18;
+constexpr int32_t kSlotVScale = 19;
+constexpr int32_t kSlotOScale = 20;
+constexpr int32_t kSlotGateScale = 21;
+constexpr int32_t kSlotUpScale = 22;
+constexpr int32_t kSlotDownScale = 23;
 
 // Names and texts (host code): index by Op, slot or ErrorCode value; nullptr where none is defined.
 constexpr const char* kOpNames[] = {
@@ -115,6 +130,13 @@ constexpr const char* kSlotNames[] = {
     "v_bias",
     "q_norm",
     "k_norm",
+    "q_scale",
+    "k_scale",
+    "v_scale",
+    "o_scale",
+    "gate_scale",
+    "up_scale",
+    "down_scale",
 };
 constexpr const char* kErrorNames[] = {
     "OK",
@@ -193,9 +215,11 @@ struct Header {
   int32_t cc_minor;  // compute capability minor
   int32_t config_hash;  // low 31 bits of the model-config hash
   int32_t layer_slots;  // bitmask of the per-layer slots (1 << SLOT) every layer has: the weights list's layout
+  int32_t weight_dtype;  // DType of the QUANTIZED_SLOTS matrices: BF16, or F8E4M3 with their *_scale slots
+  int32_t scale_layout;  // ScaleLayout of the *_scale slots (NONE for BF16 matrices)
 };
-static_assert(sizeof(Header) == 38 * 4, "Header layout");
-constexpr int32_t kHeaderWords = 38;
+static_assert(sizeof(Header) == 40 * 4, "Header layout");
+constexpr int32_t kHeaderWords = 40;
 
 struct Buffer {
   int32_t offset_bytes;  // byte offset in the scratch arena (256-byte aligned)
@@ -296,6 +320,61 @@ inline bool weight_entry(const Header& h, int64_t i, int32_t* slot, int32_t* lay
   }
   return false;
 }
+// The scale slot of each slot (-1: a slot the FP8 formats keep in BF16; planner/format.py SCALE_SLOTS).
+constexpr int32_t kScaleSlotOf[] = {
+    -1,
+    kSlotQScale,
+    kSlotKScale,
+    kSlotVScale,
+    kSlotOScale,
+    -1,
+    kSlotGateScale,
+    kSlotUpScale,
+    kSlotDownScale,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+    -1,
+};
+// Rows and columns (0: a vector) of the scale tensor of a rows x cols matrix (format.py scale_shape).
+inline void scale_shape(int32_t layout, int64_t rows, int64_t cols, int64_t* srows, int64_t* scols) {
+  if (layout == kScalePerChannel) { *srows = rows; *scols = 0; return; }
+  if (layout == kScaleBlock128) {
+    *srows = (rows + kScaleBlockSize - 1) / kScaleBlockSize;
+    *scols = (cols + kScaleBlockSize - 1) / kScaleBlockSize;
+    return;
+  }
+  *srows = -1; *scols = -1;
+}
+// Entry of (slot, layer) in the weights list (layer ignored for a model slot); -1 where there is none.
+inline int64_t weight_index(const Header& h, int32_t slot, int32_t layer) {
+  if (slot < 0 || slot >= kNumSlots) return -1;
+  const int32_t below = (int32_t(1) << slot) - 1;
+  if ((kModelSlotMask >> slot) & 1) {
+    return int64_t(h.num_layers) * popcount32(h.layer_slots) + popcount32(kModelSlotMask & below);
+  }
+  if (!((h.layer_slots >> slot) & 1) || layer < 0 || layer >= h.num_layers) return -1;
+  return int64_t(layer) * popcount32(h.layer_slots) + popcount32(h.layer_slots & below);
+}
+// The DType a slot's tensor has in this header's weight format: the FP8 matrices h.weight_dtype, their
+// scales F32, every other slot BF16.
+inline int32_t slot_dtype(const Header& h, int32_t slot) {
+  for (int32_t m = 0; m < kNumSlots; ++m) {
+    if (kScaleSlotOf[m] == slot) return kDTypeF32;
+  }
+  return slot >= 0 && slot < kNumSlots && kScaleSlotOf[slot] >= 0 ? h.weight_dtype : kDTypeBf16;
+}
 // Rows and columns (0: a vector of `rows` elements) of a slot for this header's model.
 inline void slot_shape(const Header& h, int32_t slot, int64_t* rows, int64_t* cols) {
   switch (slot) {
@@ -316,6 +395,13 @@ inline void slot_shape(const Header& h, int32_t slot, int64_t* rows, int64_t* co
     case kSlotVBias: *rows = int64_t(h.num_kv_heads) * h.head_dim; *cols = 0; return;
     case kSlotQNorm: *rows = int64_t(h.head_dim); *cols = 0; return;
     case kSlotKNorm: *rows = int64_t(h.head_dim); *cols = 0; return;
+    case kSlotQScale: scale_shape(h.scale_layout, int64_t(h.num_heads) * h.head_dim, int64_t(h.hidden), rows, cols); return;
+    case kSlotKScale: scale_shape(h.scale_layout, int64_t(h.num_kv_heads) * h.head_dim, int64_t(h.hidden), rows, cols); return;
+    case kSlotVScale: scale_shape(h.scale_layout, int64_t(h.num_kv_heads) * h.head_dim, int64_t(h.hidden), rows, cols); return;
+    case kSlotOScale: scale_shape(h.scale_layout, int64_t(h.hidden), int64_t(h.num_heads) * h.head_dim, rows, cols); return;
+    case kSlotGateScale: scale_shape(h.scale_layout, int64_t(h.intermediate), int64_t(h.hidden), rows, cols); return;
+    case kSlotUpScale: scale_shape(h.scale_layout, int64_t(h.intermediate), int64_t(h.hidden), rows, cols); return;
+    case kSlotDownScale: scale_shape(h.scale_layout, int64_t(h.hidden), int64_t(h.intermediate), rows, cols); return;
     default: *rows = -1; *cols = -1; return;
   }
 }

@@ -11,8 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tiles_ext.planner.format import SCALE_BLOCK, SCALE_SLOTS, ScaleLayout
 from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
 from tiles_ext.planner.weights import WeightLayout
+
+# The parameter beside an FP8 matrix's `weight` that holds its scales (Transformers' FP8Linear name: the factor each
+# stored value is multiplied by, per row or per 128 x 128 block); tiles_ext's own FP8 linear uses it too.
+SCALE_PARAM = "weight_scale_inv"
 
 # RMSNorm eps when a config gives none (Transformers' Llama default).
 DEFAULT_EPS = 1e-6
@@ -91,8 +96,20 @@ class Family:
             out.append(self.tensor(model, shape, slot, layer))
         return out
 
+    def slot(self, slot: str) -> Slot | None:
+        """Where a slot lives: as declared, and a scale slot beside its matrix (SCALE_PARAM of the same module)."""
+        if slot not in SCALE_SLOTS or slot in self.slots:
+            return self.slots.get(slot)
+        matrix = self.slots.get(SCALE_SLOTS[slot])
+        if matrix is None:
+            return None
+        path = matrix.path.removesuffix(".weight") + "." + SCALE_PARAM
+        if matrix.rows is None:
+            return Slot(path)
+        return Slot(path, rows=lambda shape: scale_rows(shape, matrix.rows(shape), slot))
+
     def tensor(self, model, shape: ModelShape, slot: str, layer: int):
-        where = self.slots.get(slot)
+        where = self.slot(slot)
         if where is None:
             raise UnsupportedConfig(f"the {self.name} family declares no location for weight slot {slot!r}")
         param = model.get_parameter(where.path.format(layer=layer))
@@ -104,7 +121,19 @@ class Family:
 
     def parameter(self, model, slot: str, layer: int):
         """The module parameter a slot is read from (the fused parameter itself for a row view)."""
-        return model.get_parameter(self.slots[slot].path.format(layer=layer))
+        return model.get_parameter(self.slot(slot).path.format(layer=layer))
+
+
+def scale_rows(shape: ModelShape, rows: tuple[int, int], slot: str) -> tuple[int, int]:
+    """The rows of a fused parameter's scales that belong to the matrix rows [begin, end) of a slot."""
+    begin, end = rows
+    if shape.scale_layout != ScaleLayout.BLOCK128:
+        return begin, end
+    if begin % SCALE_BLOCK:
+        raise UnsupportedConfig(f"{slot}: the matrix starts at row {begin} of its fused parameter, inside a "
+                                f"{SCALE_BLOCK}x{SCALE_BLOCK} scale block; block scales serve fused matrices that "
+                                f"start at a multiple of {SCALE_BLOCK} rows (use per-channel scales)")
+    return begin // SCALE_BLOCK, -(-end // SCALE_BLOCK)
 
 
 class ConfigReader:
