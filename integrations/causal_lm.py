@@ -35,9 +35,19 @@ def family_of(model):
             f"{families.served()}") from None
 
 
-def check_model(model, weight_format: str = "bf16") -> torch.device:
+def check_model(model, weight_format: str = "bf16", runs: str | None = None) -> torch.device:
     """The device the model runs on; raises UnsupportedModelError naming what is unsupported and what is.
-    weight_format: the model's (tiles_ext.fp8.model.weight_format_of), which says which dtypes it may hold."""
+    weight_format: the model's (tiles_ext.fp8.model.weight_format_of), which says which dtypes it may hold; runs:
+    the format the op will read (patch(weights="fp8") of a BF16 model: "fp8"; default: weight_format), which says
+    which devices serve it."""
+    device = model_device(model, weight_format)
+    if (runs or weight_format) != "bf16" and device.type != "cpu":
+        raise UnsupportedModelError(FP8_ON_CUDA.format(name=type(model).__name__, device=device))
+    return device
+
+
+def model_device(model, weight_format: str = "bf16") -> torch.device:
+    """The one device of a causal LM whose parameter dtypes fit `weight_format`, on a device this build serves."""
     name = type(model).__name__
     inner = getattr(model, "model", None)
     if getattr(model, "lm_head", None) is None or inner is None or not hasattr(inner, "layers"):
@@ -65,8 +75,6 @@ def check_model(model, weight_format: str = "bf16") -> torch.device:
             "machine with a CUDA toolkit and CUDA torch, or patch a CPU model")
     if getattr(model, "hf_device_map", None) and len(set(map(str, model.hf_device_map.values()))) > 1:
         raise UnsupportedModelError(f"{name} uses a multi-device device_map; only one device is supported")
-    if weight_format != "bf16" and device.type != "cpu":
-        raise UnsupportedModelError(FP8_ON_CUDA.format(name=name, device=device))
     return device
 
 

@@ -72,9 +72,7 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
     family.check_window(model.config)
     loaded = fp8_layers.weight_format_of(model, family, family.shape(model.config))
     target = "fp8" if weights == "fp8" and loaded == "bf16" else loaded
-    device = causal_lm.check_model(model, loaded)
-    if target != "bf16" and device.type != "cpu":
-        raise UnsupportedModelError(causal_lm.FP8_ON_CUDA.format(name=type(model).__name__, device=device))
+    device = causal_lm.check_model(model, loaded, runs=target)
     plan = plan_for(model.config, device, workers, plan_cache_dir, weight_format=target)
     layers = fp8_layers.layer_paths(family, plan.shape)
     originals = fp8_layers.quantize_layers(model, layers) if target != loaded else {}

@@ -603,8 +603,10 @@ def _render_weight_rules() -> list[str]:
     for slot, matrix in SCALE_SLOTS.items():
         scaled[SLOT[matrix]] = f"kSlot{_camel(slot)}"
     model_mask = sum(1 << SLOT[s] for s in MODEL_SLOTS)
+    scale_mask = sum(1 << SLOT[s] for s in SCALE_SLOTS)
     return [
         f"constexpr int32_t kModelSlotMask = {model_mask};",
+        f"constexpr int32_t kScaleSlotMask = {scale_mask};  // the *_scale slots",
         "// Slots per layer, model slots (planner/weights.py: WeightLayout).",
         "inline int32_t popcount32(int32_t m) { int32_t n = 0; for (; m; m &= m - 1) ++n; return n; }",
         "inline int64_t num_weights(const Header& h) {",
@@ -655,10 +657,9 @@ def _render_weight_rules() -> list[str]:
         "// The DType a slot's tensor has in this header's weight format: the FP8 matrices h.weight_dtype, their",
         "// scales F32, every other slot BF16.",
         "inline int32_t slot_dtype(const Header& h, int32_t slot) {",
-        "  for (int32_t m = 0; m < kNumSlots; ++m) {",
-        "    if (kScaleSlotOf[m] == slot) return kDTypeF32;",
-        "  }",
-        "  return slot >= 0 && slot < kNumSlots && kScaleSlotOf[slot] >= 0 ? h.weight_dtype : kDTypeBf16;",
+        "  if (slot < 0 || slot >= kNumSlots) return kDTypeBf16;",
+        "  if ((kScaleSlotMask >> slot) & 1) return kDTypeF32;",
+        "  return kScaleSlotOf[slot] >= 0 ? h.weight_dtype : kDTypeBf16;",
         "}",
         "// Rows and columns (0: a vector of `rows` elements) of a slot for this header's model.",
         "inline void slot_shape(const Header& h, int32_t slot, int64_t* rows, int64_t* cols) {",

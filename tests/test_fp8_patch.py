@@ -98,7 +98,7 @@ def test_partly_quantized_model_is_refused(tiny):
 def test_fp8_on_a_cuda_device_is_refused_naming_the_cpu_executor(tiny, monkeypatch):
     """The CUDA kernel does not read FP8 yet: the refusal says so before the model is quantized."""
     before = snapshot(tiny)
-    monkeypatch.setattr(causal_lm, "check_model", lambda model, weight_format="bf16": torch.device("cuda", 0))
+    monkeypatch.setattr(causal_lm, "model_device", lambda model, weight_format="bf16": torch.device("cuda", 0))
     with pytest.raises(UnsupportedModelError, match=r"cuda:0 with FP8 weights, but the CUDA kernel does not read FP8 "
                                                     r"weights yet; FP8 runs on the CPU reference executor"):
         tiles_ext.patch(tiny, weights="fp8", plan_cache_dir=False)

@@ -19,10 +19,6 @@ inline float bf16_to_f32(uint16_t b) {
   return f;
 }
 
-// E4M3 (OCP "fn": bias 7, no infinities, S.1111.111 is NaN) to fp32, exact. A table of the 256 values, built once:
-// the conversion runs for every weight element of every FP8 matvec.
-float e4m3_to_f32(uint8_t q);
-
 constexpr int kLanes = 8;
 
 // The fixed dot-product order: lane j accumulates the products k = j (mod 8) in increasing k, then the lanes

@@ -1,4 +1,4 @@
-"""Fp8Linear: a bias-free linear layer whose weight is E4M3 with fp32 scales, what patch(weights="fp8") puts in
+"""Fp8Linear: a linear layer whose weight is E4M3 with fp32 scales, what patch(weights="fp8") puts in
 place of each quantized nn.Linear.
 
 Its forward (prefill, and every call that runs in PyTorch) multiplies by the dequantized weight in the input's dtype:
@@ -27,13 +27,13 @@ class Fp8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dequantized_linear(self, x)
 
+    def extra_repr(self) -> str:
+        layout = "per_channel" if self.weight_scale_inv.dim() == 1 else "block128"
+        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3, scales {layout}"
+
 
 def dequantized_linear(layer, x: torch.Tensor) -> torch.Tensor:
     """x times the layer's dequantized weight (in x's dtype), plus its bias: an FP8 layer's forward in PyTorch
     (Fp8Linear's, and that of Transformers' FP8Linear on a CPU, whose own kernels need a GPU)."""
     w = dequantize(layer.weight, layer.weight_scale_inv).to(x.dtype)
     return nn.functional.linear(x, w, None if layer.bias is None else layer.bias.to(x.dtype))
-
-    def extra_repr(self) -> str:
-        layout = "per_channel" if self.weight_scale_inv.dim() == 1 else "block128"
-        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3, scales {layout}"

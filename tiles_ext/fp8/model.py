@@ -28,7 +28,7 @@ def layer_paths(family, shape) -> list[str]:
     paths = []
     for layer in range(shape.num_layers):
         for slot in QUANTIZED_SLOTS:
-            path = family.slots[slot].path.format(layer=layer).removesuffix(".weight")
+            path = family.slot(slot).path.format(layer=layer).removesuffix(".weight")
             if path not in paths:
                 paths.append(path)
     return paths
