@@ -83,6 +83,10 @@ void check_header_counts(const Header& h) {
               "tiles::decode_step: plan header attn_partitions ", h.attn_partitions, ", attn_granule ",
               h.attn_granule, ", lm_tiles ", h.lm_tiles, " must all be >= 1");
   TORCH_CHECK(h.attn_single >= 0, "tiles::decode_step: plan header attn_single ", h.attn_single, " must be >= 0");
+  TORCH_CHECK(h.max_rows >= 1 && h.max_rows <= kMaxRows && h.row_bytes >= 0 &&
+                  int64_t(h.scratch_bytes) == int64_t(h.max_rows) * h.row_bytes,
+              "tiles::decode_step: plan header max_rows ", h.max_rows, " (1..", kMaxRows, ") and row_bytes ",
+              h.row_bytes, " do not make its scratch_bytes ", h.scratch_bytes, " (max_rows x row_bytes)");
 }
 
 std::string weight_name(const Header& h, int64_t i) {
@@ -183,8 +187,14 @@ void check_small_args(const Header& h, const at::Tensor& input_ids, const at::Te
                       const at::Tensor& rope_inv_freq, int64_t num_steps, c10::IntArrayRef eos_ids,
                       c10::Device device) {
   check_tensor(input_ids, "input_ids", at::kLong, device);
-  TORCH_CHECK(input_ids.numel() == 1, "tiles::decode_step: input_ids has shape ", shape_str(input_ids),
-              ", expected one element (batch 1, one token)");
+  const int64_t rows = input_ids.numel();
+  TORCH_CHECK(input_ids.dim() <= 1 && rows >= 1, "tiles::decode_step: input_ids has shape ", shape_str(input_ids),
+              ", expected [R] (batch 1: one token, or the R rows of a verify pass)");
+  TORCH_CHECK(rows <= h.max_rows, "tiles::decode_step: ", rows, " input ids (rows) in one pass, but the plan "
+              "decodes at most ", h.max_rows, " rows per pass (its max_rows); verify a draft of at most ",
+              h.max_rows - 1, " tokens per pass, or split it into several passes");
+  TORCH_CHECK(rows == 1 || num_steps == 1, "tiles::decode_step: ", rows, " rows with num_steps ", num_steps,
+              ": a pass of several rows (a verify pass) is one step; pass num_steps=1");
   check_tensor(position, "position", at::kLong, device);
   TORCH_CHECK(position.numel() == 1, "tiles::decode_step: position has shape ", shape_str(position),
               ", expected one element");

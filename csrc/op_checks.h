@@ -16,7 +16,7 @@ Header header_from_list(c10::IntArrayRef plan_header);
 // Everything checkable without touching device memory: dtypes, devices (all on `device`), shapes against the
 // header (hidden, heads, kv, head_dim, intermediate, vocab, num_layers, list lengths), contiguity, cache shapes
 // [1, kv, max_len, head_dim] and dtype, scratch size, state size, num_steps in 1..kMaxSteps, eos count <= kMaxEos,
-// plan tensor int32 size == total_words.
+// plan tensor int32 size == total_words, input_ids of 1..max_rows elements (rows; several only with num_steps 1).
 // Throws with TORCH_CHECK and a message naming the argument, what was given and what is expected.
 void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorList weights, at::TensorList k_cache,
                             at::TensorList v_cache, const at::Tensor& scratch, const at::Tensor& state,
@@ -28,5 +28,8 @@ void check_sampler(const Header& h, const at::Tensor& sampler, c10::Device devic
 
 // Max cache length (dim 2 of every k/v cache tensor); valid after check_decode_step_args.
 inline int64_t max_cache_len(at::TensorList k_cache) { return k_cache[0].size(2); }
+
+// Rows of the pass (input_ids' elements); valid after check_decode_step_args.
+inline int64_t pass_rows(const at::Tensor& input_ids) { return input_ids.numel(); }
 
 }  // namespace tiles

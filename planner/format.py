@@ -22,6 +22,17 @@ STATE_HEADER_WORDS + counter * counter_stride. A tile waits, for each of its Wai
 (int32)(counter - (e + step_offset) * count) >= 0, runs, then adds 1 to its `signal` counter with release
 semantics (after all its writes). A worker runs its tiles in worker_tiles order, for every step.
 
+Rows (a verify pass). A launch with R = len(input_ids) > 1 (1 <= R <= max_rows, num_steps 1, no sampler) is one
+step that decodes R consecutive positions pos .. pos + R - 1 of one sequence, row i holding token input_ids[i] at
+position pos + i. Every tile runs once for all R rows (its weights read once), computing each row exactly as a
+one-row step at that row's position computes it, in the same order: so R rows give the bits of R one-row launches.
+Row i of buffer b lies at offset_bytes + i * row_bytes. Row i attends positions [0, pos + i] with its own
+partition bounds attn_partition_range(pos + i + 1, ...): the cached positions below pos from the KV cache, the new
+positions pos .. pos + i from the step's own rows (K_new normalised and rotated at its position, rounded to bf16 as
+the cache stores it, and V_new), never from cache rows at or beyond pos, which may hold a rejected draft's K/V.
+The tile that owns position pos + i under row i's bounds writes row i's K/V there, as a one-row step would. LMHEAD
+writes logits row i, ARGMAX tokens[i] (no EOS stop within a pass); the epoch advances by 1 per pass.
+
 Ops (buffers named by id into the buffer table; "row r" means output row r of the tile's weight):
   EMBED    x[out_buf][:] = float(weight[token]) where token = input_ids[0] at step 0, else tokens[s-1].
   QKV      h = rmsnorm(in_buf fp32, norm weight, eps) as bf16 (HF order: bf16(x*rsqrt(mean(x^2)+eps)) * w);
@@ -87,12 +98,15 @@ import enum
 from dataclasses import dataclass
 
 MAGIC = 0x454C4954  # "TILE" little-endian
-FORMAT_VERSION = 5  # 5: the header's weight_dtype and scale_layout, the *_scale slots (FP8 weights); 4: the weight
+FORMAT_VERSION = 6  # 6: the header's max_rows and row_bytes (several rows per pass); 5: the header's weight_dtype and scale_layout, the *_scale slots (FP8 weights); 4: the weight
 # table (slot, layer, rows, cols) per weight, QKV bias and ATTN q/k-norm fields
 # Bumped whenever an executor's behaviour for the same blob changes (kernel ABI).
 ABI_VERSION = 1
 
 MAX_STEPS = 64  # tokens per launch in multi-token mode
+# Rows per pass: a launch of R > 1 input ids (a draft to verify) decodes R consecutive positions in one step, every
+# tile applied to all R rows. A plan's arena holds max_rows rows (the header); MAX_ROWS bounds every plan's.
+MAX_ROWS = 8
 MAX_EOS = 8
 STATE_HEADER_WORDS = 32
 COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share lines with writers
@@ -354,6 +368,8 @@ HEADER_FIELDS = [
     ("layer_slots", "bitmask of the per-layer slots (1 << SLOT) every layer has: the weights list's layout"),
     ("weight_dtype", "DType of the QUANTIZED_SLOTS matrices: BF16, or F8E4M3 with their *_scale slots"),
     ("scale_layout", "ScaleLayout of the *_scale slots (NONE for BF16 matrices)"),
+    ("max_rows", "rows one pass decodes at most (1..MAX_ROWS): the input ids of a verify pass"),
+    ("row_bytes", "bytes of one row's buffers: row i of buffer b lies at offset_bytes + i * row_bytes"),
 ]
 
 BUFFER_FIELDS = [
@@ -516,6 +532,7 @@ def _render_constants() -> list[str]:
         f"constexpr int32_t kFormatVersion = {FORMAT_VERSION};",
         f"constexpr int32_t kAbiVersion = {ABI_VERSION};",
         f"constexpr int32_t kMaxSteps = {MAX_STEPS};",
+        f"constexpr int32_t kMaxRows = {MAX_ROWS};",
         f"constexpr int32_t kMaxEos = {MAX_EOS};",
         f"constexpr int32_t kStateHeaderWords = {STATE_HEADER_WORDS};",
         f"constexpr int32_t kCounterStrideWords = {COUNTER_STRIDE_WORDS};",

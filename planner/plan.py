@@ -142,7 +142,7 @@ def mark_merge_next(tiles: np.ndarray, lists) -> None:
 # The default planner's revision: bumped whenever build_plan's defaults give another plan for some config, so that
 # plan caches (planfile.cache_path) re-plan instead of running an older plan, valid but slower, forever.
 # tests/test_planner_graph.py holds each shipped config's plan hash.
-PLAN_REVISION = 5
+PLAN_REVISION = 6  # 6: every plan's arena holds MAX_ROWS rows (verify passes)
 DEFAULT_RULES = CutRules(o_off_merge=True, attn0_off_qkv=True, min_rows=MIN_ROWS, attn_off_qkv=None,
                          gateup_off_o=True)
 
@@ -151,18 +151,21 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
                attn_partitions: int | None = None, attn_granule: int = 32, context_hint: int = 512,
                attn_single: int | None = None, o_off_merge: bool = True, attn0_off_qkv: bool = True,
                merge_next: bool = True, validate: bool = True, min_rows: int = MIN_ROWS,
-               attn_off_qkv: bool | None = None, gateup_off_o: bool = True) -> Plan:
+               attn_off_qkv: bool | None = None, gateup_off_o: bool = True, max_rows: int = fmt.MAX_ROWS) -> Plan:
     """Tile graph + schedule + blob for a model (a ModelShape, or a transformers config / config.json dict that a
     family in tiles_ext.families reads). The cut options are graph.CutRules' (the defaults are DEFAULT_RULES).
     merge_next: mark each partition-0 ATTN tile whose MERGE runs right after it on the same worker (out_offset 1;
-    format.py), so that at short context the kernel skips the partials nobody reads."""
+    format.py), so that at short context the kernel skips the partials nobody reads.
+    max_rows: the most rows one pass decodes (format.py "Rows"): the arena holds that many rows of every buffer."""
+    if not 1 <= max_rows <= fmt.MAX_ROWS:
+        raise ValueError(f"max_rows {max_rows} outside 1..{fmt.MAX_ROWS}")
     shape = config if isinstance(config, ModelShape) else shape_of(config)
     gpu = gpu or GpuTarget()
     rules = CutRules(o_off_merge=o_off_merge, attn0_off_qkv=attn0_off_qkv, min_rows=min_rows,
                      attn_off_qkv=attn_off_qkv, gateup_off_o=gateup_off_o)
     g = build_graph(shape, workers, policy, attn_partitions, attn_granule, context_hint, attn_single, rules)
     lists = assign(g)
-    buffers, scratch_bytes = _encode_buffers(g)
+    buffers, row_bytes = _encode_buffers(g)
     tiles, waits = _encode_tiles(g)
     worker_offsets = np.zeros(workers + 1, dtype=np.int32)
     for w, lst in enumerate(lists):
@@ -173,7 +176,7 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
     weights = WeightLayout(shape).table()
     sections = {"buffers": buffers, "tiles": tiles, "waits": waits, "worker_offsets": worker_offsets,
                 "worker_tiles": worker_tiles, "weights": weights}
-    header = _header(shape, gpu, g, sections, scratch_bytes)
+    header = _header(shape, gpu, g, sections, row_bytes, max_rows)
     plan = Plan(shape, gpu, header, buffers, tiles, waits, worker_offsets, worker_tiles, weights, policy=policy)
     if validate:
         validate_plan(plan)
@@ -181,7 +184,7 @@ def build_plan(config, workers: int, policy: str = "tiles", gpu: GpuTarget | Non
 
 
 def _encode_buffers(g) -> tuple[np.ndarray, int]:
-    """The buffer table (offsets ALIGN-aligned, in graph order) and the arena's size."""
+    """The buffer table (offsets ALIGN-aligned, in graph order) and the bytes of one row of the arena."""
     buffers = np.zeros((len(g.buffers), BUFFER.words), dtype=np.int32)
     off = 0
     for i, b in enumerate(g.buffers):
@@ -201,9 +204,10 @@ def _encode_tiles(g) -> tuple[np.ndarray, np.ndarray]:
     return tiles, np.asarray(waits, dtype=np.int32).reshape(-1, WAIT.words)
 
 
-def _header(shape: ModelShape, gpu: GpuTarget, g, sections: dict, scratch_bytes: int) -> dict:
+def _header(shape: ModelShape, gpu: GpuTarget, g, sections: dict, row_bytes: int, max_rows: int) -> dict:
     """The header: the shape's dimensions, the graph's counts, the GPU binding and the sections' offsets (they lie
-    end to end after the header, in the order of `sections`)."""
+    end to end after the header, in the order of `sections`). The arena holds max_rows rows of row_bytes each, row 0
+    first, so that a one-row pass touches exactly the bytes a one-row plan's arena has."""
     header = {f: 0 for f, _ in HEADER.fields}
     header.update(
         magic=fmt.MAGIC, format_version=fmt.FORMAT_VERSION, abi_version=fmt.ABI_VERSION, header_words=HEADER.words,
@@ -212,12 +216,13 @@ def _header(shape: ModelShape, gpu: GpuTarget, g, sections: dict, scratch_bytes:
         num_layers=shape.num_layers, hidden=shape.hidden, num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim, intermediate=shape.intermediate, vocab=shape.vocab,
         attn_partitions=g.attn_partitions, attn_granule=g.attn_granule, attn_single=g.attn_single,
-        lm_tiles=g.lm_tiles, argmax_counter=g.argmax_counter, scratch_bytes=scratch_bytes,
+        lm_tiles=g.lm_tiles, argmax_counter=g.argmax_counter, scratch_bytes=max_rows * row_bytes,
         state_words=fmt.STATE_HEADER_WORDS + len(g.counters) * fmt.COUNTER_STRIDE_WORDS,
         counter_stride=fmt.COUNTER_STRIDE_WORDS, eps_bits=fmt.float_bits(shape.eps),
         sm_count=gpu.sm_count, cc_major=gpu.cc_major, cc_minor=gpu.cc_minor,
         config_hash=int(shape.config_hash()[:8], 16) & 0x7FFFFFFF, layer_slots=layer_slot_mask(shape),
         weight_dtype=int(fmt.WEIGHT_FORMATS[shape.weight_format][0]), scale_layout=int(shape.scale_layout),
+        max_rows=max_rows, row_bytes=row_bytes,
     )
     o = HEADER.words
     for name, arr in sections.items():

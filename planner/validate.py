@@ -2,7 +2,7 @@
 
 What a plan must satisfy (format.py gives each op's reads and writes):
   - header: self-consistent, agrees with the plan's ModelShape and with its own sections;
-  - buffers: aligned, in bounds of scratch_bytes, pairwise disjoint;
+  - buffers: aligned, in bounds of one row of the arena (row_bytes; max_rows rows make scratch_bytes), disjoint;
   - tiles: fields valid for their op (weight slots of the right layer, dtypes, sizes, row ranges);
   - every output element (buffer element, logits row, LM partial slot, KV-cache (layer, head) write) is
     produced by exactly one tile, and every weight matrix's rows are covered exactly once;
@@ -122,7 +122,11 @@ def _check_header(plan) -> None:
 
 def _check_buffers(plan) -> None:
     b = np.asarray(plan.buffers, dtype=np.int64)
-    scratch = plan.header["scratch_bytes"]
+    h = plan.header
+    if not 1 <= h["max_rows"] <= fmt.MAX_ROWS or h["scratch_bytes"] != h["max_rows"] * h["row_bytes"]:
+        raise PlanError(f"header max_rows {h['max_rows']} (1..{fmt.MAX_ROWS}) and row_bytes {h['row_bytes']} do not "
+                        f"give scratch_bytes {h['scratch_bytes']} (max_rows x row_bytes)")
+    scratch = h["row_bytes"]  # every buffer lies within one row; the rows repeat the layout
     ends = []
     for i, (off, numel, dtype) in enumerate(b.tolist()):
         if dtype not in {int(d) for d in DType}:
@@ -132,7 +136,7 @@ def _check_buffers(plan) -> None:
                             "numel >= 1)")
         end = off + numel * fmt.DTYPE_BYTES[DType(dtype)]
         if end > scratch:
-            raise PlanError(f"buffer {i}: bytes [{off}, {end}) exceed scratch_bytes {scratch}")
+            raise PlanError(f"buffer {i}: bytes [{off}, {end}) exceed row_bytes {scratch}")
         ends.append((off, end, i))
     ends.sort()
     for (o0, e0, i0), (o1, e1, i1) in zip(ends, ends[1:]):

@@ -246,10 +246,10 @@ def test_partition_0_attention_can_avoid_the_qkv_workers(name):
     assert not np.array_equal(plan.to_blob(), build_plan(cfg(name), 132, attn0_off_qkv=False).to_blob())
 
 
-# Blob hashes of the default plans (plan format 5: the header's weight_dtype and scale_layout; the cut is revision
-# 4's, tile by tile the same as under formats 3 and 4).
-DEFAULT_PLAN_MD5 = {5: {"llama-3.2-1b-config.json": "362d49f262ed227796f34eed83b85a2a",
-                        "smollm2-135m-config.json": "9748f0ee9680593ed9beca7b38faa961"}}
+# Blob hashes of the default plans (plan format 6: the header's max_rows and row_bytes, an arena of MAX_ROWS rows;
+# the cut is revision 4's, tile by tile the same as under formats 3 to 5).
+DEFAULT_PLAN_MD5 = {6: {"llama-3.2-1b-config.json": "9affef22eeb50b4cc862292446285dc2",
+                        "smollm2-135m-config.json": "869a0682500892fb333a090c4c9334b1"}}
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b-config.json", "smollm2-135m-config.json"])

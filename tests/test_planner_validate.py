@@ -186,8 +186,18 @@ def test_overlapping_buffers(small_plan):
 
 def test_buffer_out_of_scratch(small_plan):
     p = mutated(small_plan)
+    p.header["row_bytes"] -= 256
+    p.header["scratch_bytes"] = p.header["max_rows"] * p.header["row_bytes"]
+    refuse(p, "exceed row_bytes")
+
+
+def test_arena_that_does_not_hold_its_rows(small_plan):
+    p = mutated(small_plan)
     p.header["scratch_bytes"] -= 256
-    refuse(p, "exceed scratch_bytes")
+    refuse(p, "max_rows x row_bytes")
+    p = mutated(small_plan)
+    p.header["max_rows"] = 9
+    refuse(p, "max_rows 9")
 
 
 def test_tile_on_two_workers(small_plan):

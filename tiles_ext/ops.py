@@ -41,8 +41,15 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
                      lambda: f"cache tensor {c.dtype} {tuple(c.shape)}, expected bf16 [1, kv, max_len, head_dim]")
     torch._check(scratch.dtype == torch.uint8, lambda: f"scratch dtype {scratch.dtype}, expected torch.uint8")
     torch._check(state.dtype == torch.int32, lambda: f"state dtype {state.dtype}, expected torch.int32")
-    torch._check(input_ids.dtype == torch.int64 and input_ids.numel() == 1,
-                 lambda: f"input_ids {input_ids.dtype} {tuple(input_ids.shape)}, expected one int64 element")
+    # R input ids: one token, or the R rows of a verify pass (one step, no sampler; planner/format.py "Rows").
+    rows = input_ids.numel()
+    max_rows = int(plan_header[_H["max_rows"]])
+    torch._check(input_ids.dtype == torch.int64 and input_ids.dim() <= 1 and 1 <= rows <= max_rows,
+                 lambda: f"input_ids {input_ids.dtype} {tuple(input_ids.shape)}, expected [R] int64, "
+                         f"1 <= R <= the plan's max_rows {max_rows}")
+    torch._check(rows == 1 or (num_steps == 1 and sampler is None),
+                 lambda: f"{rows} rows with num_steps {num_steps} and a sampler {sampler is not None}: a verify "
+                         "pass is one step without a sampler")
     torch._check(position.dtype == torch.int64 and position.numel() == 1,
                  lambda: f"position {position.dtype} {tuple(position.shape)}, expected one int64 element")
     torch._check(rope_inv_freq.dtype == torch.float32,
@@ -53,8 +60,8 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
         words = fmt.sampler_words(vocab, int(plan_header[_H["lm_tiles"]]))
         torch._check(sampler.dtype == torch.int32 and sampler.dim() == 1 and sampler.shape[0] == words,
                      lambda: f"sampler {sampler.dtype} {tuple(sampler.shape)}, expected int32 ({words},)")
-    logits = plan.new_empty((num_steps, vocab), dtype=torch.float32)
-    tokens = plan.new_empty((num_steps,), dtype=torch.int64)
+    logits = plan.new_empty((num_steps * rows, vocab), dtype=torch.float32)
+    tokens = plan.new_empty((num_steps * rows,), dtype=torch.int64)
     return logits, tokens
 
 

@@ -44,9 +44,9 @@ void check_buffers(const PlanView& p) {
     TORCH_CHECK(buf.dtype == kDTypeF32 || buf.dtype == kDTypeBf16 || buf.dtype == kDTypeI32,
                 "tiles::decode_step: bad plan: buffer ", b, " has unknown dtype ", buf.dtype);
     TORCH_CHECK(buf.offset_bytes >= 0 && buf.offset_bytes % 4 == 0 && buf.numel >= 0 &&
-                    int64_t(buf.offset_bytes) + buf.numel * dtype_bytes(buf.dtype) <= h.scratch_bytes,
+                    int64_t(buf.offset_bytes) + buf.numel * dtype_bytes(buf.dtype) <= h.row_bytes,
                 "tiles::decode_step: bad plan: buffer ", b, " (offset ", buf.offset_bytes, ", ", buf.numel,
-                " elements) does not fit the ", h.scratch_bytes, "-byte scratch arena");
+                " elements) does not fit the ", h.row_bytes, "-byte row of the scratch arena");
   }
 }
 

@@ -7,6 +7,8 @@
 // in random mode the scratch arena is filled with NaN at the start of each step so that a tile that reads a
 // buffer before its producer ran (a missing or wrong wait) shows up as NaN or wrong logits. A state where no
 // worker can advance is the CPU analogue of the GPU's spin-wait timeout and raises naming the worker and tile.
+// A launch of R > 1 input ids is one step of R rows (a verify pass, planner/format.py "Rows"): each tile runs once
+// for all of them.
 // With a sampler tensor the ARGMAX tile picks the step's token with the reference sampler (sampler_cpu.h) from the
 // logits row its LMHEAD tiles wrote, and sets its seen bit.
 #include <cmath>
@@ -46,7 +48,8 @@ struct Worker {
 
 // What one launch is asked to do, beside the plan and the tensors LaunchIO points at.
 struct LaunchArgs {
-  int64_t num_steps, position, input_token;
+  int64_t num_steps, rows, position;
+  const int64_t* input_tokens;  // [rows]
   const float* inv_freq;
   float rope_scale;
   c10::IntArrayRef eos_ids;
@@ -60,8 +63,8 @@ struct LaunchArgs {
 class Executor {
  public:
   Executor(const PlanView& plan, const LaunchIO& io, int32_t* state, const LaunchArgs& a)
-      : p_(plan), io_(io), state_(state), num_steps_(a.num_steps), position_(a.position),
-        input_token_(a.input_token), eos_(a.eos_ids.begin(), a.eos_ids.end()), logits_(a.logits), tokens_(a.tokens),
+      : p_(plan), io_(io), state_(state), num_steps_(a.num_steps), rows_(a.rows), position_(a.position),
+        input_tokens_(a.input_tokens), eos_(a.eos_ids.begin(), a.eos_ids.end()), logits_(a.logits), tokens_(a.tokens),
         seed_(a.order_seed), scratch_bytes_(a.scratch_bytes), sampler_(a.sampler), rng_(a.order_seed) {
     epoch0_ = uint32_t(state_[kStateEpoch]);
     rope_tables(a.inv_freq, a.rope_scale);
@@ -86,12 +89,13 @@ class Executor {
   }
 
  private:
-  // cos/sin(float(pos) * inv_freq[i]) * rope_scale for every step's position (docs/numerics.md).
+  // cos/sin(float(pos) * inv_freq[i]) * rope_scale for every position the launch decodes (docs/numerics.md): step s
+  // row i is at position + s + i (several steps have one row each, several rows make one step).
   void rope_tables(const float* inv_freq, float rope_scale) {
-    const int64_t half = p_.h.head_dim / 2;
-    cos_.resize(num_steps_ * half);
-    sin_.resize(num_steps_ * half);
-    for (int64_t s = 0; s < num_steps_; ++s) {
+    const int64_t half = p_.h.head_dim / 2, positions = num_steps_ + rows_ - 1;
+    cos_.resize(positions * half);
+    sin_.resize(positions * half);
+    for (int64_t s = 0; s < positions; ++s) {
       for (int64_t i = 0; i < half; ++i) {
         const float ang = float(position_ + s) * inv_freq[i];
         cos_[s * half + i] = std::cos(ang) * rope_scale;
@@ -154,15 +158,18 @@ class Executor {
     if (seed_ != 0) std::memset(io_.scratch, 0xFF, scratch_bytes_);
   }
 
-  StepIO step_io(int64_t s) const {
+  StepIO step_io(int64_t s) {
     StepIO st;
     st.step = s;
+    st.rows = rows_;
     st.pos = position_ + s;
-    st.token = s == 0 ? input_token_ : tokens_[s - 1];
+    st.tokens = s == 0 ? input_tokens_ : tokens_ + (s - 1);  // several steps: one row each
     const int64_t half = p_.h.head_dim / 2;
     st.cos = cos_.data() + s * half;
     st.sin = sin_.data() + s * half;
-    st.logits = logits_ + s * p_.h.vocab;
+    st.logits = logits_ + s * rows_ * p_.h.vocab;
+    picked_.assign(rows_, -1);
+    st.picked = picked_.data();
     return st;
   }
 
@@ -173,9 +180,13 @@ class Executor {
     const int64_t s = k.step;
     begin_step(s);
     const StepIO st = step_io(s);
-    if (t.op == kOpEmbed) check_embed_token(w, ti, st);
-    const int64_t tok = t.op == kOpArgmax && sampler_ != nullptr ? sample_token(w, ti, st) : run_tile(io_, st, t);
-    if (t.op == kOpArgmax) finish_argmax(w, ti, s, tok);
+    if (t.op == kOpEmbed) check_embed_tokens(w, ti, st);
+    if (t.op == kOpArgmax && sampler_ != nullptr) {
+      st.picked[0] = sample_token(w, ti, st);  // a sampler serves one-row steps only (decode_step_cpu)
+    } else {
+      run_tile(io_, st, t);
+    }
+    if (t.op == kOpArgmax) finish_argmax(w, ti, st);
     counter(t.signal) += 1u;
     if (++k.pc == k.end) {
       k.pc = k.begin;
@@ -183,12 +194,15 @@ class Executor {
     }
   }
 
-  void check_embed_token(int64_t w, int32_t ti, const StepIO& st) {
-    if (st.token >= 0 && st.token < p_.h.vocab) return;
-    set_error(kErrorBadToken, w, ti, st.step, -1, uint32_t(st.token), uint32_t(p_.h.vocab));
-    TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", st.step,
-                " embeds token ", st.token, ", outside the vocabulary [0, ", p_.h.vocab, ") (the previous step's "
-                "ARGMAX had not run: the plan is missing a dependency)");
+  void check_embed_tokens(int64_t w, int32_t ti, const StepIO& st) {
+    for (int64_t i = 0; i < st.rows; ++i) {
+      const int64_t token = st.tokens[i];
+      if (token >= 0 && token < p_.h.vocab) continue;
+      set_error(kErrorBadToken, w, ti, st.step, -1, uint32_t(token), uint32_t(p_.h.vocab));
+      TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", st.step,
+                  " embeds token ", token, ", outside the vocabulary [0, ", p_.h.vocab, ") (the previous step's "
+                  "ARGMAX had not run: the plan is missing a dependency)");
+    }
   }
 
   // With a sampler, the ARGMAX tile's token: the sampler's pick from the step's logits row (every LMHEAD tile of the
@@ -206,18 +220,22 @@ class Executor {
     return r.token;
   }
 
-  // The step's token; the launch's last ARGMAX (an EOS id, or the last step) publishes the steps done, and the
-  // epoch advances by them (monotonic, never reset).
-  void finish_argmax(int64_t w, int32_t ti, int64_t s, int64_t tok) {
-    if (tok < 0 || tok >= p_.h.vocab) {
-      set_error(kErrorBadToken, w, ti, s, -1, uint32_t(tok), uint32_t(p_.h.vocab));
-      TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", s,
-                  " produced token ", tok, " outside the vocabulary (LM head partials were not written: the plan "
-                  "is missing a dependency)");
+  // The step's tokens (one per row); the launch's last ARGMAX (an EOS id, or the last step) publishes the steps
+  // done, and the epoch advances by them (monotonic, never reset).
+  void finish_argmax(int64_t w, int32_t ti, const StepIO& st) {
+    const int64_t s = st.step;
+    for (int64_t i = 0; i < st.rows; ++i) {
+      const int64_t tok = st.picked[i];
+      if (tok < 0 || tok >= p_.h.vocab) {
+        set_error(kErrorBadToken, w, ti, s, -1, uint32_t(tok), uint32_t(p_.h.vocab));
+        TORCH_CHECK(false, "tiles::decode_step: worker ", w, " ", tile_where(p_, ti), " at step ", s,
+                    " produced token ", tok, " outside the vocabulary (LM head partials were not written: the plan "
+                    "is missing a dependency)");
+      }
+      tokens_[s * st.rows + i] = tok;
     }
-    tokens_[s] = tok;
     bool eos = false;
-    for (int64_t e : eos_) eos |= e == tok;
+    for (int64_t e : eos_) eos |= e == tokens_[s];  // one-row steps; a pass of several rows is the only step
     if (eos || s + 1 == num_steps_) {
       stop_after_ = s;
       state_[kStateStepsDone] = int32_t(s + 1);
@@ -276,7 +294,8 @@ class Executor {
   const PlanView& p_;
   const LaunchIO& io_;
   int32_t* state_;
-  int64_t num_steps_, position_, input_token_;
+  int64_t num_steps_, rows_, position_;
+  const int64_t* input_tokens_;
   std::vector<int64_t> eos_;
   float* logits_;
   int64_t* tokens_;
@@ -288,24 +307,32 @@ class Executor {
   std::vector<float> cos_, sin_;
   std::vector<Worker> workers_;
   std::vector<int64_t> ready_;
+  std::vector<int64_t> picked_;  // the current tile's step: its ARGMAX tokens
   int64_t stop_after_ = -1;
   int64_t started_step_ = -1;
 };
 
 // What a launch checks before it runs a tile: a state without an earlier error (its counters would be
-// inconsistent), a position and steps that fit the cache, and an input token inside the vocabulary.
-void check_launch(const PlanView& view, const int32_t* st, int64_t pos, int64_t token, int64_t num_steps,
-                  int64_t max_len) {
+// inconsistent), a position and the positions it writes (steps, or the rows of a pass) that fit the cache, and
+// input tokens inside the vocabulary.
+void check_launch(const PlanView& view, const int32_t* st, int64_t pos, const int64_t* tokens, int64_t rows,
+                  int64_t num_steps, int64_t max_len) {
   const Header& h = view.h;
   TORCH_CHECK(st[kStateError] == kErrorOk, "tiles::decode_step: the state tensor holds an error from an earlier "
               "launch, so its counters are inconsistent: make a new state (a new TileRuntime). ",
               error_message(h, st, view.tiles, view.weights));
   TORCH_CHECK(pos >= 0, "tiles::decode_step: position ", pos, " is negative");
-  TORCH_CHECK(pos + num_steps <= max_len, "tiles::decode_step: KV cache full: ", num_steps,
-              " step(s) from position ", pos, " would write cache index ", pos + num_steps - 1,
-              " but max_cache_len is ", max_len, " (allocate a larger StaticCache)");
-  TORCH_CHECK(token >= 0 && token < h.vocab, "tiles::decode_step: input token id ", token,
-              " is outside the vocabulary [0, ", h.vocab, ")");
+  const int64_t span = num_steps + rows - 1;
+  TORCH_CHECK(pos + span <= max_len, "tiles::decode_step: KV cache full: ",
+              rows > 1 ? c10::str("a pass of ", rows, " rows") : c10::str(num_steps, " step(s)"), " from position ",
+              pos, " would write cache index ", pos + span - 1, " but max_cache_len is ", max_len,
+              rows > 1 ? " (verify a shorter draft, or allocate a larger StaticCache)"
+                       : " (allocate a larger StaticCache)");
+  for (int64_t i = 0; i < rows; ++i) {
+    TORCH_CHECK(tokens[i] >= 0 && tokens[i] < h.vocab, "tiles::decode_step: input token id ", tokens[i],
+                rows > 1 ? c10::str(" (row ", i, ")") : std::string(), " is outside the vocabulary [0, ", h.vocab,
+                ")");
+  }
 }
 
 // The raw pointers a launch's tiles read and write (LaunchIO points into these).
@@ -340,7 +367,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
   check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
                          num_steps, eos_ids, c10::Device(c10::kCPU));
   TORCH_CHECK(order_seed >= 0, "tiles::decode_step: order_seed ", order_seed, " must be >= 0");
+  const int64_t rows = pass_rows(input_ids);
   int32_t* sampler_words = nullptr;
+  TORCH_CHECK(rows == 1 || !sampler.has_value(), "tiles::decode_step: a pass of ", rows, " rows (a verify pass) "
+              "takes no sampler: it returns every row's logits, to which the caller applies its processors");
   if (sampler.has_value()) {
     check_sampler(h, *sampler, c10::Device(c10::kCPU));
     sampler_words = sampler->data_ptr<int32_t>();
@@ -350,19 +380,19 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
   const PlanView view = view_plan(plan.data_ptr<int32_t>(), plan.numel(), h);
   int32_t* st = state.data_ptr<int32_t>();
   const int64_t pos = position.item<int64_t>();
-  const int64_t token = input_ids.item<int64_t>();
+  const int64_t* input_tokens = input_ids.data_ptr<int64_t>();
   const int64_t max_len = max_cache_len(k_cache);
-  check_launch(view, st, pos, token, num_steps, max_len);
+  check_launch(view, st, pos, input_tokens, rows, num_steps, max_len);
 
-  auto logits = at::full({num_steps, h.vocab}, std::numeric_limits<float>::quiet_NaN(),
+  auto logits = at::full({num_steps * rows, h.vocab}, std::numeric_limits<float>::quiet_NaN(),
                          at::TensorOptions().dtype(at::kFloat));
-  auto tokens = at::full({num_steps}, -1, at::TensorOptions().dtype(at::kLong));
+  auto tokens = at::full({num_steps * rows}, -1, at::TensorOptions().dtype(at::kLong));
   const LaunchPointers ptrs(h, weights, k_cache, v_cache);
   float eps;
   std::memcpy(&eps, &h.eps_bits, 4);
   const LaunchIO io{&view,          scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.scales.data(),
                     ptrs.k_cache.data(), ptrs.v_cache.data(),       max_len,             eps};
-  const LaunchArgs args{num_steps, pos, token, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
+  const LaunchArgs args{num_steps, rows, pos, input_tokens, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
                         logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes,
                         sampler_words};
   Executor(view, io, st, args).run();

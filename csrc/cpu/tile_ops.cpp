@@ -45,9 +45,10 @@ WeightRows matrix(const LaunchIO& io, int32_t w) {
                     io.plan->weights[w].cols};
 }
 
+// Row `row` of buffer `id`: the rows of a step repeat the buffer layout every row_bytes (format.py "Rows").
 template <typename T>
-T* buf(const LaunchIO& io, int32_t id) {
-  return reinterpret_cast<T*>(io.scratch + io.plan->buffers[id].offset_bytes);
+T* buf(const LaunchIO& io, int32_t id, int64_t row = 0) {
+  return reinterpret_cast<T*>(io.scratch + io.plan->buffers[id].offset_bytes + row * io.plan->h.row_bytes);
 }
 
 // HF LlamaRMSNorm order: fp32 x * rsqrt(mean(x^2) + eps), rounded to bf16, times the bf16 weight, rounded.
@@ -95,30 +96,44 @@ void load_head(const LaunchIO& io, const uint16_t* src, int64_t hd, int32_t norm
   rmsnorm(tmp, hd, io.weights[norm], io.eps, x);
 }
 
-// The partition that owns the new position normalises (k_norm) and rotates K_new and stores it with V_new before
-// any partition reads the cache.
-void attn_append_kv(const LaunchIO& io, const StepIO& st, const Tile& t, uint16_t* kc, uint16_t* vc) {
-  const int64_t hd = io.plan->h.head_dim, kvh = t.aux0, pos = st.pos;
+// K_new of head kvh for every row, normalised (k_norm) and rotated at the row's position, rounded to bf16 as the
+// cache stores it; and V_new of the head. Rows are contiguous here: [rows, hd].
+void new_kv_rows(const LaunchIO& io, const StepIO& st, const Tile& t, std::vector<uint16_t>* kn,
+                 std::vector<uint16_t>* vn) {
+  const int64_t hd = io.plan->h.head_dim, half = hd / 2, kvh = t.aux0;
   std::vector<float> x(hd), tmp(hd), rot(hd);
-  load_head(io, buf<uint16_t>(io, t.in2_buf) + kvh * hd, hd, t.weight2, x.data(), tmp.data());
-  rope(x.data(), st.cos, st.sin, hd, rot.data());
-  const uint16_t* vn = buf<uint16_t>(io, t.in3_buf) + kvh * hd;
-  for (int64_t d = 0; d < hd; ++d) {
-    kc[pos * hd + d] = f32_to_bf16(rot[d]);
-    vc[pos * hd + d] = vn[d];
+  kn->resize(st.rows * hd);
+  vn->resize(st.rows * hd);
+  for (int64_t i = 0; i < st.rows; ++i) {
+    load_head(io, buf<uint16_t>(io, t.in2_buf, i) + kvh * hd, hd, t.weight2, x.data(), tmp.data());
+    rope(x.data(), st.cos + i * half, st.sin + i * half, hd, rot.data());
+    const uint16_t* v = buf<uint16_t>(io, t.in3_buf, i) + kvh * hd;
+    for (int64_t d = 0; d < hd; ++d) {
+      (*kn)[i * hd + d] = f32_to_bf16(rot[d]);
+      (*vn)[i * hd + d] = v[d];
+    }
   }
 }
 
+// The K/V rows a step attends: cached positions below the step's first (pos) from the cache, the step's own
+// positions from its new rows, so that cache rows at or beyond pos (a rejected draft's) are never read.
+struct KvRows {
+  const uint16_t *kc, *vc, *kn, *vn;
+  int64_t pos, hd;
+  const uint16_t* k(int64_t j) const { return j < pos ? kc + j * hd : kn + (j - pos) * hd; }
+  const uint16_t* v(int64_t j) const { return j < pos ? vc + j * hd : vn + (j - pos) * hd; }
+};
+
 // One q head over positions [lo, hi): the unnormalised partial (m, l, o[hd]) of docs/numerics.md.
-void attn_head(const Header& h, const float* q_rot, const uint16_t* kc, const uint16_t* vc, int32_t lo, int32_t hi,
-               float* out) {
+void attn_head(const Header& h, const float* q_rot, const KvRows& kv, int32_t lo, int32_t hi, float* out) {
   const int64_t hd = h.head_dim;
   const float scale = 1.0f / std::sqrt(float(hd));
   std::vector<float> scores(std::max<int64_t>(hi - lo, 0)), o(hd, 0.0f), kf(hd);
   float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
   bool nan = false;
   for (int64_t j = lo; j < hi; ++j) {
-    for (int64_t d = 0; d < hd; ++d) kf[d] = bf16_to_f32(kc[j * hd + d]);
+    const uint16_t* kj = kv.k(j);
+    for (int64_t d = 0; d < hd; ++d) kf[d] = bf16_to_f32(kj[d]);
     const float s = dot_f(q_rot, kf.data(), hd) * scale;
     scores[j - lo] = s;
     nan |= std::isnan(s);
@@ -128,7 +143,7 @@ void attn_head(const Header& h, const float* q_rot, const uint16_t* kc, const ui
   for (int64_t j = lo; j < hi; ++j) {
     const float e = std::exp(scores[j - lo] - m);
     l += e;
-    const uint16_t* v = vc + j * hd;
+    const uint16_t* v = kv.v(j);
     for (int64_t d = 0; d < hd; ++d) o[d] += e * bf16_to_f32(v[d]);
   }
   out[0] = m;
@@ -136,31 +151,43 @@ void attn_head(const Header& h, const float* q_rot, const uint16_t* kc, const ui
   for (int64_t d = 0; d < hd; ++d) out[2 + d] = o[d];
 }
 
+// Row i's partition of this tile: positions [lo, hi) of n = pos + i + 1, as a one-row step at pos + i cuts them.
+// The tile that owns pos + i stores row i's K/V there, as that step would.
 void run_attn(const LaunchIO& io, const StepIO& st, const Tile& t) {
   const Header& h = io.plan->h;
-  const int64_t hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions;
-  const int64_t kvh = t.aux0, p = t.aux1, pos = st.pos;
-  int32_t lo, hi;
-  attn_partition_range(int32_t(pos + 1), int32_t(p), int32_t(P), h.attn_granule, h.attn_single, &lo, &hi);
+  const int64_t hd = h.head_dim, half = hd / 2, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions;
+  const int64_t kvh = t.aux0, p = t.aux1;
   uint16_t* kc = io.k_cache[t.layer] + kvh * io.max_len * hd;
   uint16_t* vc = io.v_cache[t.layer] + kvh * io.max_len * hd;
-  if (lo <= pos && pos < hi) attn_append_kv(io, st, t, kc, vc);
-  const uint16_t* q = buf<uint16_t>(io, t.in_buf);
-  float* parts = buf<float>(io, t.out_buf);
+  std::vector<uint16_t> kn, vn;
+  new_kv_rows(io, st, t, &kn, &vn);
+  const KvRows kv{kc, vc, kn.data(), vn.data(), st.pos, hd};
   std::vector<float> x(hd), tmp(hd), rot(hd);
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t qh = kvh * G + g;
-    load_head(io, q + qh * hd, hd, t.norm, x.data(), tmp.data());
-    rope(x.data(), st.cos, st.sin, hd, rot.data());
-    attn_head(h, rot.data(), kc, vc, lo, hi, parts + ((kvh * P + p) * G + g) * (hd + 2));
+  for (int64_t i = 0; i < st.rows; ++i) {
+    const int64_t at = st.pos + i;
+    int32_t lo, hi;
+    attn_partition_range(int32_t(at + 1), int32_t(p), int32_t(P), h.attn_granule, h.attn_single, &lo, &hi);
+    if (lo <= at && at < hi) {
+      std::copy(kn.begin() + i * hd, kn.begin() + (i + 1) * hd, kc + at * hd);
+      std::copy(vn.begin() + i * hd, vn.begin() + (i + 1) * hd, vc + at * hd);
+    }
+    const uint16_t* q = buf<uint16_t>(io, t.in_buf, i);
+    float* parts = buf<float>(io, t.out_buf, i);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t qh = kvh * G + g;
+      load_head(io, q + qh * hd, hd, t.norm, x.data(), tmp.data());
+      rope(x.data(), st.cos + i * half, st.sin + i * half, hd, rot.data());
+      attn_head(h, rot.data(), kv, lo, hi, parts + ((kvh * P + p) * G + g) * (hd + 2));
+    }
   }
 }
 
-void run_merge(const LaunchIO& io, const Tile& t) {
+// MERGE of one row's partials.
+void merge_row(const LaunchIO& io, const Tile& t, int64_t row) {
   const Header& h = io.plan->h;
   const int64_t hd = h.head_dim, G = h.num_heads / h.num_kv_heads, P = h.attn_partitions, kvh = t.aux0;
-  const float* parts = buf<float>(io, t.in_buf);
-  uint16_t* out = buf<uint16_t>(io, t.out_buf);
+  const float* parts = buf<float>(io, t.in_buf, row);
+  uint16_t* out = buf<uint16_t>(io, t.out_buf, row);
   std::vector<float> o(hd);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t qh = kvh * G + g;
@@ -186,104 +213,127 @@ void run_merge(const LaunchIO& io, const Tile& t) {
   }
 }
 
-void run_embed(const LaunchIO& io, const StepIO& st, const Tile& t) {
-  const int64_t H = io.plan->h.hidden;
-  const uint16_t* row = io.weights[t.weight] + st.token * H;
-  float* x = buf<float>(io, t.out_buf);
-  for (int64_t k = 0; k < H; ++k) x[k] = bf16_to_f32(row[k]);
+void run_merge(const LaunchIO& io, const StepIO& st, const Tile& t) {
+  for (int64_t i = 0; i < st.rows; ++i) merge_row(io, t, i);
 }
 
-// The tile's normed input h = rmsnorm(in_buf, norm) (QKV, GATEUP, LMHEAD).
-std::vector<float> normed_input(const LaunchIO& io, const Tile& t) {
+void run_embed(const LaunchIO& io, const StepIO& st, const Tile& t) {
   const int64_t H = io.plan->h.hidden;
-  std::vector<float> hn(H);
-  rmsnorm(buf<float>(io, t.in_buf), H, io.weights[t.norm], io.eps, hn.data());
+  for (int64_t i = 0; i < st.rows; ++i) {
+    const uint16_t* row = io.weights[t.weight] + st.tokens[i] * H;
+    float* x = buf<float>(io, t.out_buf, i);
+    for (int64_t k = 0; k < H; ++k) x[k] = bf16_to_f32(row[k]);
+  }
+}
+
+// The tile's normed inputs h_i = rmsnorm(in_buf row i, norm) (QKV, GATEUP, LMHEAD): [rows, hidden].
+std::vector<float> normed_inputs(const LaunchIO& io, const StepIO& st, const Tile& t) {
+  const int64_t H = io.plan->h.hidden;
+  std::vector<float> hn(st.rows * H);
+  for (int64_t i = 0; i < st.rows; ++i) {
+    rmsnorm(buf<float>(io, t.in_buf, i), H, io.weights[t.norm], io.eps, hn.data() + i * H);
+  }
   return hn;
 }
 
 // weight2 >= 0: the bias of the weight's rows, added to the fp32 dot before the one rounding. Without a bias no
-// add at all, so that a -0.0 dot keeps its sign (Llama plans stay bit-identical).
-void run_qkv(const LaunchIO& io, const Tile& t) {
+// add at all, so that a -0.0 dot keeps its sign (Llama plans stay bit-identical). Each weight row serves every
+// row of the step while it is in cache.
+void run_qkv(const LaunchIO& io, const StepIO& st, const Tile& t) {
   const int64_t H = io.plan->h.hidden;
-  const std::vector<float> hn = normed_input(io, t);
+  const std::vector<float> hn = normed_inputs(io, st, t);
   const WeightRows w = matrix(io, t.weight);
-  uint16_t* out = buf<uint16_t>(io, t.out_buf) + t.out_offset - t.row_begin;
-  if (t.weight2 < 0) {
-    for_rows(t.row_begin, t.row_end, H, [&](int64_t r) { out[r] = f32_to_bf16(w.dot(r, hn.data())); });
-    return;
-  }
-  const uint16_t* bias = io.weights[t.weight2];
-  for_rows(t.row_begin, t.row_end, H, [&](int64_t r) {
-    out[r] = f32_to_bf16(w.dot(r, hn.data()) + bf16_to_f32(bias[r]));
+  const uint16_t* bias = t.weight2 < 0 ? nullptr : io.weights[t.weight2];
+  for_rows(t.row_begin, t.row_end, H * st.rows, [&](int64_t r) {
+    for (int64_t i = 0; i < st.rows; ++i) {
+      uint16_t* out = buf<uint16_t>(io, t.out_buf, i) + t.out_offset - t.row_begin;
+      const float dot = w.dot(r, hn.data() + i * H);
+      out[r] = f32_to_bf16(bias == nullptr ? dot : dot + bf16_to_f32(bias[r]));
+    }
   });
 }
 
-void run_resid(const LaunchIO& io, const Tile& t) {
+void run_resid(const LaunchIO& io, const StepIO& st, const Tile& t) {
   const int64_t K = io.plan->weights[t.weight].cols;
-  const uint16_t* in = buf<uint16_t>(io, t.in_buf);
-  std::vector<float> x(K);
-  for (int64_t k = 0; k < K; ++k) x[k] = bf16_to_f32(in[k]);
+  std::vector<float> x(st.rows * K);
+  for (int64_t i = 0; i < st.rows; ++i) {
+    const uint16_t* in = buf<uint16_t>(io, t.in_buf, i);
+    for (int64_t k = 0; k < K; ++k) x[i * K + k] = bf16_to_f32(in[k]);
+  }
   const WeightRows w = matrix(io, t.weight);
-  const float* res = buf<float>(io, t.in2_buf) + t.out_offset - t.row_begin;
-  float* out = buf<float>(io, t.out_buf) + t.out_offset - t.row_begin;
-  for_rows(t.row_begin, t.row_end, K, [&](int64_t r) { out[r] = res[r] + w.dot(r, x.data()); });
+  for_rows(t.row_begin, t.row_end, K * st.rows, [&](int64_t r) {
+    for (int64_t i = 0; i < st.rows; ++i) {
+      const float* res = buf<float>(io, t.in2_buf, i) + t.out_offset - t.row_begin;
+      float* out = buf<float>(io, t.out_buf, i) + t.out_offset - t.row_begin;
+      out[r] = res[r] + w.dot(r, x.data() + i * K);
+    }
+  });
 }
 
-void run_gateup(const LaunchIO& io, const Tile& t) {
+void run_gateup(const LaunchIO& io, const StepIO& st, const Tile& t) {
   const int64_t H = io.plan->h.hidden;
-  const std::vector<float> hn = normed_input(io, t);
+  const std::vector<float> hn = normed_inputs(io, st, t);
   const WeightRows wg = matrix(io, t.weight);
   const WeightRows wu = matrix(io, t.weight2);
-  uint16_t* out = buf<uint16_t>(io, t.out_buf) + t.out_offset - t.row_begin;
-  for_rows(t.row_begin, t.row_end, 2 * H, [&](int64_t r) {
-    const float g = wg.dot(r, hn.data());
-    const float u = wu.dot(r, hn.data());
-    out[r] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
+  for_rows(t.row_begin, t.row_end, 2 * H * st.rows, [&](int64_t r) {
+    for (int64_t i = 0; i < st.rows; ++i) {
+      uint16_t* out = buf<uint16_t>(io, t.out_buf, i) + t.out_offset - t.row_begin;
+      const float g = wg.dot(r, hn.data() + i * H);
+      const float u = wu.dot(r, hn.data() + i * H);
+      out[r] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
+    }
   });
 }
 
-// The tile's logits rows, and their (max, argmax) into its partial slot aux0.
+// The tile's logits rows of every step row, and each row's (max, argmax) into its partial slot aux0.
 void run_lmhead(const LaunchIO& io, const StepIO& st, const Tile& t) {
-  const int64_t H = io.plan->h.hidden;
-  const std::vector<float> hn = normed_input(io, t);
+  const Header& h = io.plan->h;
+  const int64_t H = h.hidden;
+  const std::vector<float> hn = normed_inputs(io, st, t);
   const uint16_t* w = io.weights[t.weight];
-  float* logits = st.logits;
-  for_rows(t.row_begin, t.row_end, H, [&](int64_t r) { logits[r] = dot_w(w + r * H, hn.data(), H); });
-  float best = logits[t.row_begin];
-  int64_t bi = t.row_begin;
-  for (int64_t r = t.row_begin + 1; r < t.row_end; ++r) {
-    if (argmax_better(logits[r], r, best, bi)) best = logits[r], bi = r;
+  for_rows(t.row_begin, t.row_end, H * st.rows, [&](int64_t r) {
+    for (int64_t i = 0; i < st.rows; ++i) st.logits[i * h.vocab + r] = dot_w(w + r * H, hn.data() + i * H, H);
+  });
+  for (int64_t i = 0; i < st.rows; ++i) {
+    const float* logits = st.logits + i * h.vocab;
+    float best = logits[t.row_begin];
+    int64_t bi = t.row_begin;
+    for (int64_t r = t.row_begin + 1; r < t.row_end; ++r) {
+      if (argmax_better(logits[r], r, best, bi)) best = logits[r], bi = r;
+    }
+    float* part = buf<float>(io, t.out_buf, i) + 2 * t.aux0;
+    const int32_t idx = int32_t(bi);
+    part[0] = best;
+    std::memcpy(part + 1, &idx, 4);
   }
-  float* part = buf<float>(io, t.out_buf) + 2 * t.aux0;
-  const int32_t idx = int32_t(bi);
-  part[0] = best;
-  std::memcpy(part + 1, &idx, 4);
 }
 
-int64_t run_argmax(const LaunchIO& io, const Tile& t) {
-  const float* parts = buf<float>(io, t.in_buf);
-  float best = 0.0f;
-  int64_t bi = -1;
-  for (int64_t i = 0; i < t.aux0; ++i) {
-    int32_t idx;
-    std::memcpy(&idx, parts + 2 * i + 1, 4);
-    if (bi < 0 || argmax_better(parts[2 * i], idx, best, bi)) best = parts[2 * i], bi = idx;
+void run_argmax(const LaunchIO& io, const StepIO& st, const Tile& t) {
+  for (int64_t i = 0; i < st.rows; ++i) {
+    const float* parts = buf<float>(io, t.in_buf, i);
+    float best = 0.0f;
+    int64_t bi = -1;
+    for (int64_t k = 0; k < t.aux0; ++k) {
+      int32_t idx;
+      std::memcpy(&idx, parts + 2 * k + 1, 4);
+      if (bi < 0 || argmax_better(parts[2 * k], idx, best, bi)) best = parts[2 * k], bi = idx;
+    }
+    st.picked[i] = bi;
   }
-  return bi;
 }
 
 }  // namespace
 
-int64_t run_tile(const LaunchIO& io, const StepIO& st, const Tile& t) {
+void run_tile(const LaunchIO& io, const StepIO& st, const Tile& t) {
   switch (t.op) {
-    case kOpEmbed: run_embed(io, st, t); return -1;
-    case kOpQkv: run_qkv(io, t); return -1;
-    case kOpAttn: run_attn(io, st, t); return -1;
-    case kOpMerge: run_merge(io, t); return -1;
-    case kOpResid: run_resid(io, t); return -1;
-    case kOpGateup: run_gateup(io, t); return -1;
-    case kOpLmhead: run_lmhead(io, st, t); return -1;
-    case kOpArgmax: return run_argmax(io, t);
+    case kOpEmbed: run_embed(io, st, t); return;
+    case kOpQkv: run_qkv(io, st, t); return;
+    case kOpAttn: run_attn(io, st, t); return;
+    case kOpMerge: run_merge(io, st, t); return;
+    case kOpResid: run_resid(io, st, t); return;
+    case kOpGateup: run_gateup(io, st, t); return;
+    case kOpLmhead: run_lmhead(io, st, t); return;
+    case kOpArgmax: run_argmax(io, st, t); return;
   }
   TORCH_CHECK(false, "tiles::decode_step: unknown op ", t.op);  // view_plan rejects these first
 }

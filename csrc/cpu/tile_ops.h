@@ -21,18 +21,21 @@ struct LaunchIO {
   float eps;
 };
 
-// What changes from step to step.
+// What changes from step to step. A step decodes `rows` consecutive positions (format.py "Rows"): row i holds
+// tokens[i] at position pos + i; a one-token step has one row.
 struct StepIO {
   int64_t step;
-  int64_t pos;          // cache index written and attended up to (inclusive) by this step
-  int64_t token;        // EMBED input
-  const float* cos;     // [head_dim / 2] RoPE tables at pos (already times rope_scale)
+  int64_t rows;         // 1..max_rows
+  int64_t pos;          // cache index of row 0; row i writes and attends up to (inclusive) pos + i
+  const int64_t* tokens;  // [rows] EMBED inputs
+  const float* cos;     // [rows, head_dim / 2] RoPE tables at pos + i (already times rope_scale)
   const float* sin;
-  float* logits;        // this step's row of the logits output [vocab]
+  float* logits;        // this step's rows of the logits output [rows, vocab]
+  int64_t* picked;      // [rows] the ARGMAX tile's tokens
 };
 
-// Runs one tile. Returns the token an ARGMAX tile produced, -1 for every other op.
-int64_t run_tile(const LaunchIO& io, const StepIO& step, const Tile& t);
+// Runs one tile for every row of the step (an ARGMAX tile writes step.picked).
+void run_tile(const LaunchIO& io, const StepIO& step, const Tile& t);
 
 }  // namespace cpu
 }  // namespace tiles

@@ -290,6 +290,10 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(plan.is_cuda(), "tiles::decode_step (CUDA): plan is on ", plan.device(), ", expected a CUDA device");
   check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
                          num_steps, eos_ids, plan.device());
+  // A verify pass (several rows) runs on the CPU reference executor only until the kernel's tiles take R rows.
+  TORCH_CHECK(pass_rows(input_ids) == 1, "tiles::decode_step (CUDA): ", pass_rows(input_ids), " input ids (a verify "
+              "pass of several rows), but the CUDA kernel decodes one row per pass yet; pass one input id per launch "
+              "(generate() verifies drafts in PyTorch on CUDA), or run the verify pass on the CPU reference executor");
   TORCH_CHECK(order_seed == 0, "tiles::decode_step (CUDA): order_seed ", order_seed,
               " is a CPU reference-executor test hook; the CUDA kernel runs the plan's one schedule (pass 0)");
   const c10::cuda::CUDAGuard guard(plan.device());

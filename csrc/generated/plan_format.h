@@ -6,9 +6,10 @@
 namespace tiles {
 
 constexpr int32_t kMagic = 0x454C4954;
-constexpr int32_t kFormatVersion = 5;
+constexpr int32_t kFormatVersion = 6;
 constexpr int32_t kAbiVersion = 1;
 constexpr int32_t kMaxSteps = 64;
+constexpr int32_t kMaxRows = 8;
 constexpr int32_t kMaxEos = 8;
 constexpr int32_t kStateHeaderWords = 32;
 constexpr int32_t kCounterStrideWords = 32;
@@ -217,9 +218,11 @@ struct Header {
   int32_t layer_slots;  // bitmask of the per-layer slots (1 << SLOT) every layer has: the weights list's layout
   int32_t weight_dtype;  // DType of the QUANTIZED_SLOTS matrices: BF16, or F8E4M3 with their *_scale slots
   int32_t scale_layout;  // ScaleLayout of the *_scale slots (NONE for BF16 matrices)
+  int32_t max_rows;  // rows one pass decodes at most (1..MAX_ROWS): the input ids of a verify pass
+  int32_t row_bytes;  // bytes of one row's buffers: row i of buffer b lies at offset_bytes + i * row_bytes
 };
-static_assert(sizeof(Header) == 40 * 4, "Header layout");
-constexpr int32_t kHeaderWords = 40;
+static_assert(sizeof(Header) == 42 * 4, "Header layout");
+constexpr int32_t kHeaderWords = 42;
 
 struct Buffer {
   int32_t offset_bytes;  // byte offset in the scratch arena (256-byte aligned)
