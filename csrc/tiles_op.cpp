@@ -37,6 +37,9 @@ PyObject* PyInit__C(void) {
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 1);
   // The CUDA kernels take decode_step's sampler (planner/format.py "Sampling"; integrations/fast_sample.py asks).
   if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_SAMPLER", 1);
+  // The rows one CUDA launch decodes (planner/format.py "Rows"): one until the kernel's tiles take several; verify
+  // passes of R > 1 rows run on the CPU reference executor (tiles_ext/runtime.py TileRuntime.max_rows asks).
+  if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_MAX_ROWS", 1);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

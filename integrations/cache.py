@@ -93,14 +93,14 @@ def record_length(cache, length: int) -> None:
         pass
 
 
-def check_room(cache, steps: int) -> int:
+def check_room(cache, steps: int, what: str = "this decode step") -> int:
     """Raises CacheFullError if `steps` more tokens do not fit; returns the current length."""
     length = host_length(cache)
     cap = capacity(cache)
     if length + steps > cap:
         raise CacheFullError(
-            f"the StaticCache is full: it holds {length} of its max_cache_len {cap} positions and this decode "
-            f"step needs {steps} more. Create it with a larger max_cache_len "
+            f"the StaticCache is full: it holds {length} of its max_cache_len {cap} positions and {what} "
+            f"needs {steps} more. Create it with a larger max_cache_len "
             f"(StaticCache(config=..., max_cache_len=N)), or generate fewer tokens.")
     return length
 

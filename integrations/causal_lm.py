@@ -1,8 +1,8 @@
 """Decoder-only causal LMs of a served family: support checks and the patched forward.
 
 The patched forward sends every decode step (one new token, a StaticCache already holding the prompt) to
-torch.ops.tiles.decode_step and everything else (prefill, training, batches, extra outputs) to the model's own
-forward. Its logits are fp32 [1, 1, vocab] (the op's), not rounded to bf16 as the PyTorch forward's are.
+torch.ops.tiles.decode_step, the scoring calls of an assisted generate() to its verify passes (assisted.py), and
+everything else (prefill, training, batches, extra outputs) to the model's own forward. Its logits are fp32 [1, 1, vocab] (the op's), not rounded to bf16 as the PyTorch forward's are.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tiles_ext import families
+from tiles_ext.integrations import assisted
 from tiles_ext.integrations import cache as kv
 from tiles_ext.integrations.errors import UnsupportedModelError
 from tiles_ext.planner.format import QUANTIZED_SLOTS, SCALE_SLOTS, SLOTS
@@ -139,11 +140,15 @@ def patched_forward(model, args, kwargs):
     else:
         call = kwargs
     input_ids = call.get("input_ids")
-    if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
-        return _delegate(model, state, args, kwargs)  # prefill, inputs_embeds: PyTorch
     cache = call.get("cache")
     if cache is None:
         cache = call.get("past_key_values")
+    if assisted.is_verify_call(state, input_ids, cache):
+        out = assisted.verify_forward(model, state, call, input_ids, cache)
+        if out is not None:
+            return out
+    if input_ids is None or input_ids.dim() != 2 or input_ids.shape[1] != 1:
+        return _delegate(model, state, args, kwargs)  # prefill, inputs_embeds: PyTorch
     if cache is None or call.get("use_cache") is False:
         return _delegate(model, state, args, kwargs)  # no cache: not a decode step
     problem = _decode_problem(state, state.decoder, input_ids, cache, call)

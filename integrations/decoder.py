@@ -65,6 +65,24 @@ class TileDecoder:
         return self.runtime.step(self.weights, keys, values, input_ids.reshape(1), kv.position(cache),
                                  self.inv_freq, self.rope_scale, num_steps, eos_ids)
 
+    def verify(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
+        """The R = len(input_ids) tokens at the cache's next positions (the last accepted token and a draft), in
+        passes of at most runtime.max_rows rows: logits fp32 [R, vocab]. The cache holds their K/V and its counters
+        advanced by R; rolling a rejected draft back is the caller's (the cache length is what the op attends to).
+        Raises CacheFullError before any launch where the R positions do not fit."""
+        rows = int(input_ids.numel())
+        length = kv.check_room(cache, rows, f"this verify pass (the last accepted token and a draft of {rows - 1})")
+        keys, values = kv.layer_tensors(cache)
+        per_pass, pieces = self.runtime.max_rows, []
+        for start in range(0, rows, per_pass):
+            chunk = input_ids.reshape(-1)[start:start + per_pass]
+            logits, _ = self.runtime.step(self.weights, keys, values, chunk, kv.position(cache), self.inv_freq,
+                                          self.rope_scale)
+            kv.advance(cache, int(chunk.numel()))
+            pieces.append(logits)
+        kv.record_length(cache, length + rows)
+        return torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+
     def step(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
         """One decode step: logits fp32 [1, vocab]; the cache holds the token's K/V and its counters advanced."""
         logits, _ = self.launch(input_ids, cache, 1)

@@ -10,7 +10,12 @@
   fast_greedy.FastGreedy).
 - assistant of assisted generation: the tile path where the installed Transformers can crop a StaticCache
   (generation rolls the assistant's cache back after every round), the PyTorch path with a one-time warning where
-  it cannot. The main model of assisted generation verifies many tokens per forward: PyTorch path.
+  it cannot.
+- assisted path (the main model of assisted generation: prompt lookup or an assistant model, greedy or sampling):
+  Transformers' assisted decoding, each round's draft verified in one pass of the op (assisted.py), on a
+  StaticCache this wrapper makes with room for the last round's draft (Transformers' own static sizing, max_length
+  - 1, has none: its prompt lookup drafts beyond max_length). Where the op cannot verify (CUDA: one row per launch yet; a
+  Transformers that cannot crop a StaticCache), the PyTorch path.
 - PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
   cache types) runs the unpatched way, with a one-time warning naming the reason.
 The model's generation_config is never modified. The op's bindings to the weights are checked once per call on
@@ -24,6 +29,9 @@ import inspect
 import torch
 from transformers.generation.configuration_utils import GenerationMode
 
+from transformers import StaticCache
+
+from tiles_ext.integrations import assisted
 from tiles_ext.integrations import cache as kv
 from tiles_ext.integrations.causal_lm import with_self
 from tiles_ext.integrations.fast_sample import FastSample
@@ -73,7 +81,9 @@ def patched_generate(model, args, kwargs):
     if route == "fast":
         kw["custom_generate"] = FastSample(state, kw.get("streamer"))
     made = False
-    if passed_cache is None and kw.get("cache_implementation") is None:
+    if route == "assisted" and passed_cache is None:
+        made = _give_assisted_cache(model, state, kw)
+    elif passed_cache is None and kw.get("cache_implementation") is None:
         passed = kw.get("generation_config")
         if passed is None:
             kw["cache_implementation"] = "static"
@@ -85,10 +95,13 @@ def patched_generate(model, args, kwargs):
             kw["generation_config"] = passed
             made = True
     state.trusted = True
+    if route == "assisted":
+        state.assisted_prompt = _prompt_length(kw)
     try:
         out = original(**kw)
     finally:
         state.trusted = False
+        state.assisted_prompt = None
     if state.decoder.device.type == "cuda":
         state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
     return _hand_over(model, state, out, made, continued)
@@ -110,6 +123,26 @@ def _hand_over(model, state, out, made: bool, continued: bool):
     return out
 
 
+def _give_assisted_cache(model, state, kw) -> bool:
+    """A StaticCache for an assisted call that brought none, with room for a verify pass at the end: an assistant's
+    drafts stop at max_length, prompt lookup's run up to prompt_lookup_num_tokens beyond it (Transformers keeps the
+    tokens within max_length afterwards). The call's own static request is dropped in its favour."""
+    kw.pop("cache_implementation", None)
+    passed = kw.get("generation_config")
+    if passed is not None and passed.cache_implementation is not None:
+        passed = copy.deepcopy(passed)
+        passed.cache_implementation = None
+        kw["generation_config"] = passed
+    draft = _merged_config(model, kw).prompt_lookup_num_tokens or 0
+    kw[state.cache_field] = StaticCache(config=model.config, max_cache_len=_positions_needed(model, kw) + draft)
+    return True
+
+
+def _prompt_length(kw) -> int:
+    ids = next(kw[k] for k in ("inputs", "input_ids") if isinstance(kw.get(k), torch.Tensor))
+    return int(ids.shape[-1])
+
+
 def _merged_config(model, kw):
     """generate's effective GenerationConfig for this call (its own resolution, approximated without side
     effects: the passed or default config, updated with the call's generation kwargs)."""
@@ -129,7 +162,7 @@ def _positions_needed(model, kw) -> int:
 
 
 def choose_route(model, state, kw) -> tuple[str, str]:
-    """("tile" | "fast" | "torch", reason for torch)."""
+    """("tile" | "fast" | "assisted" | "torch", reason for torch)."""
     if kw.get("custom_generate") is not None:
         return "torch", "a custom_generate decoding method"
     try:
@@ -141,8 +174,14 @@ def choose_route(model, state, kw) -> tuple[str, str]:
         return "torch", (f"this model as the assistant of assisted generation (generation crops the assistant's "
                          f"cache after every round, and transformers {transformers_version()} cannot crop the "
                          f"StaticCache the tile op decodes into)")
-    if mode not in TILE_MODES:
-        return "torch", f"{mode.value.replace('_', ' ')} (the tile op serves greedy and sampling decoding)"
+    is_assisted = mode == GenerationMode.ASSISTED_GENERATION
+    if is_assisted:
+        problem = assisted.route_problem(state, config, kw)
+        if problem:
+            return "torch", problem
+    elif mode not in TILE_MODES:
+        return "torch", (f"{mode.value.replace('_', ' ')} (the tile op serves greedy, sampling and assisted "
+                         "decoding)")
     if (config.num_return_sequences or 1) > 1:
         return "torch", f"num_return_sequences={config.num_return_sequences} (batch > 1; the tile op decodes batch 1)"
     for flag in ("output_attentions", "output_hidden_states"):
@@ -163,9 +202,11 @@ def choose_route(model, state, kw) -> tuple[str, str]:
         problem = state.decoder.cache_problem(cache)
         if problem:
             return "torch", problem
-        return "tile", ""
+        return ("assisted" if is_assisted else "tile"), ""
     if config.cache_implementation not in (None, "static"):
         return "torch", f"cache_implementation={config.cache_implementation!r} (the tile op decodes into a StaticCache)"
+    if is_assisted:
+        return "assisted", ""
     if (state.multi_token and mode in TILE_MODES and not kw.get("logits_processor")
             and not kw.get("stopping_criteria") and kw.get("prefix_allowed_tokens_fn") is None
             and not kw.get("synced_gpus")):

@@ -43,7 +43,7 @@ def _kernel_constants() -> dict:
     """What the compiled library offers (csrc/tiles_op.cpp): flags = a CUDA kernel that hands off by flag-in-data
     words too (for every shape it runs)."""
     mod = importlib.import_module("tiles_ext._C")
-    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0))}
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1))}
 
 
 def attn_warps_fit(header: dict) -> bool:
@@ -96,6 +96,13 @@ class TileRuntime:
         self.state = torch.zeros(plan.header["state_words"], dtype=torch.int32, device=self.device)
 
     @property
+    def max_rows(self) -> int:
+        """The rows one launch decodes here (planner/format.py "Rows"): the plan's max_rows on the CPU executor; on
+        CUDA, what the kernel takes (one row until its tiles take several)."""
+        rows = self.plan.header["max_rows"]
+        return rows if self.device.type != "cuda" else min(rows, _kernel_constants()["cuda_max_rows"])
+
+    @property
     def flagged(self) -> bool:
         """The scratch arena has the flagged layout (flag hand-offs): every element with its epoch."""
         return self.handoff == "flags"
@@ -103,7 +110,8 @@ class TileRuntime:
     def step(self, weights, k_cache, v_cache, input_ids, position, inv_freq, rope_scale: float, num_steps: int = 1,
              eos_ids=(), order_seed: int = 0, sampler: torch.Tensor | None = None):
         """Decode num_steps tokens. input_ids / position: int64 device tensors of one element (the token and
-        its cache index). sampler: a tiles_ext.sampling.make_sampler tensor (the tokens are then sampled or picked
+        its cache index); or input_ids of R <= max_rows elements with num_steps 1 and no sampler: one pass over R
+        consecutive positions (a draft to verify), logits [R, vocab] and the argmax per row. sampler: a tiles_ext.sampling.make_sampler tensor (the tokens are then sampled or picked
         from the processed scores, and its seen bitmap gains them), or None (the argmax of the logits).
         Returns (logits fp32 [num_steps, vocab], tokens int64 [num_steps], -1 after a stop)."""
         return torch.ops.tiles.decode_step(
