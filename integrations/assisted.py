@@ -45,7 +45,7 @@ def is_verify_call(state, input_ids, cache) -> bool:
     StaticCache (the scoring call of a round; the prompt alone is a prefill, which verify_forward hands back)."""
     return (state.assisted_prompt is not None and input_ids is not None and input_ids.dim() == 2
             and input_ids.shape[0] == 1 and input_ids.shape[1] > 1 and cache is not None
-            and state.decoder.cache_problem(cache) is None)
+            and state.decoder.cache_problem(cache) in (None, ""))  # "": unallocated until the first prefill
 
 
 def verify_forward(model, state, call: dict, input_ids, cache):
@@ -54,11 +54,14 @@ def verify_forward(model, state, call: dict, input_ids, cache):
     the op. None where every token is a prompt token: a plain prefill, the model's own forward."""
     cached = kv.host_length(cache)
     head = min(input_ids.shape[1], max(0, state.assisted_prompt - cached))
-    if head == input_ids.shape[1]:
+    if head == input_ids.shape[1] or (head == 0 and not kv.is_initialized(cache)):
         return None
     rows = []
     if head:
         rows.append(_prefill_head(model, state, call, head, cached, cache).logits[0, -1:].float())
+    problem = state.decoder.cache_problem(cache)
+    if problem:  # the prefill allocated a cache the op cannot decode into (checked by choose_route: never here)
+        raise RuntimeError(f"tiles_ext: the assisted call's cache became {problem}")
     rows.append(state.decoder.verify(input_ids[0, head:].long(), cache))
     return CausalLMOutputWithPast(logits=torch.cat(rows).unsqueeze(0), **{state.cache_field: cache})
 
