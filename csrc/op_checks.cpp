@@ -115,17 +115,15 @@ at::ScalarType scalar_type_of(int32_t dtype) {
   }
 }
 
-// The weight format: BF16 matrices without scales, or E4M3 matrices with a scale layout, and only on the CPU
-// executor: the CUDA kernel reads BF16 weights only.
-void check_weight_format(const Header& h, c10::Device device) {
+// The weight format: BF16 matrices without scales, or E4M3 matrices with a scale layout (both executors read both;
+// the CUDA op checks the device's FP8 conversions and its kernels' limits itself: decode_step_cuda.cpp).
+void check_weight_format(const Header& h, c10::Device) {
   const bool bf16 = h.weight_dtype == kDTypeBf16 && h.scale_layout == kScaleNone;
   const bool fp8 = h.weight_dtype == kDTypeF8e4m3 &&
                    (h.scale_layout == kScalePerChannel || h.scale_layout == kScaleBlock128);
   TORCH_CHECK(bf16 || fp8, "tiles::decode_step: plan header weight_dtype ", h.weight_dtype, " with scale_layout ",
               h.scale_layout, " is not a weight format this build serves (BF16 without scales, or E4M3 with "
               "per-channel or 128x128-block scales); rebuild the plan");
-  TORCH_CHECK(bf16 || device.is_cpu(), "tiles::decode_step: the plan has FP8 (E4M3) weights, which the CUDA kernel "
-              "does not read yet; FP8 plans run on the CPU reference executor (a model and cache on the CPU)");
 }
 
 // Every weight is a tensor of its slot's dtype (planner/format.py WEIGHT_FORMATS) and shape.

@@ -42,9 +42,14 @@ def check_model(model, weight_format: str = "bf16", runs: str | None = None) -> 
     the format the op will read (patch(weights="fp8") of a BF16 model: "fp8"; default: weight_format), which says
     which devices serve it."""
     device = model_device(model, weight_format)
-    if (runs or weight_format) != "bf16" and device.type != "cpu":
-        raise UnsupportedModelError(FP8_ON_CUDA.format(name=type(model).__name__, device=device))
+    if (runs or weight_format) != "bf16" and device.type == "cuda" and device_capability(device) < (8, 9):
+        major, minor = device_capability(device)
+        raise UnsupportedModelError(FP8_ON_OLD_GPU.format(name=type(model).__name__, device=device, cc=f"{major}.{minor}"))
     return device
+
+
+def device_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
 
 
 def model_device(model, weight_format: str = "bf16") -> torch.device:
@@ -79,9 +84,10 @@ def model_device(model, weight_format: str = "bf16") -> torch.device:
     return device
 
 
-FP8_ON_CUDA = ("{name} is on {device} with FP8 weights, but the CUDA kernel does not read FP8 weights yet; FP8 runs "
-               "on the CPU reference executor: move the model to the CPU (model.to('cpu')) before tiles_ext.patch, or "
-               "patch the BF16 model on the GPU without weights=\"fp8\"")
+# E4M3 -> f16 conversion instructions (cvt.rn.f16x2.e4m3x2) arrived with compute capability 8.9 (Ada, Hopper).
+FP8_ON_OLD_GPU = ("{name} is on {device} (compute capability {cc}) with FP8 weights, but that GPU has no FP8 "
+                  "conversion instructions (compute capability 8.9 or newer: H100, H200); patch the BF16 model "
+                  "without weights=\"fp8\", or run the FP8 model on the CPU reference executor (model.to('cpu'))")
 
 
 def entry_dtype(plan, i: int) -> torch.dtype:

@@ -38,7 +38,7 @@ def test_quick_run_measures_every_cpu_system(quick_run):
     out, result, _ = quick_run
     by_system = {r["system"]: r for r in result["rows"]}
     assert set(by_system) == {"hf-eager", "tiles-generate", "tiles-generate-sample", "tiles-op-multi",
-                              "tiles-op-single"}
+                              "tiles-op-single", "tiles-generate-fp8", "tiles-op-fp8"}
     for r in result["rows"]:
         assert r["status"] == "ok", f"{r['system']}: {r['status']} ({r.get('reason')})"
         ms = r["ms_per_token"]
@@ -48,8 +48,13 @@ def test_quick_run_measures_every_cpu_system(quick_run):
     (w,) = result["workloads"]
     assert w["model"] == "smollm2-135m" and w["weights"] == "real"
     floor = w["floor"]["floor_ms"]
+    fp8_floor = floor_info(Workload(w["model"], w["prompt_len"], w["new_tokens"]), result["bandwidth"]["bytes_per_s"],
+                           "fp8")["floor_ms"]
+    assert fp8_floor < 0.7 * floor  # E4M3 layers, BF16 embedding (tied LM head) and KV
     for r in result["rows"]:
-        assert r["pct_of_floor"] == pytest.approx(100 * floor / r["ms_per_token"]["median"])
+        own = fp8_floor if r["system"].endswith("-fp8") else floor
+        assert r.get("floor_ms", own) == pytest.approx(own)
+        assert r["pct_of_floor"] == pytest.approx(100 * own / r["ms_per_token"]["median"])
     assert result["bandwidth"]["bytes_per_s"] > 0
     gen = by_system["tiles-generate"]
     assert len(gen["tokens"]) == w["new_tokens"], "generate must produce exactly new_tokens tokens"

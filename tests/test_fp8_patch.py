@@ -95,12 +95,14 @@ def test_partly_quantized_model_is_refused(tiny):
         assert_same(tiny, before)
 
 
-def test_fp8_on_a_cuda_device_is_refused_naming_the_cpu_executor(tiny, monkeypatch):
-    """The CUDA kernel does not read FP8 yet: the refusal says so before the model is quantized."""
+def test_fp8_on_a_gpu_without_fp8_conversions_is_refused(tiny, monkeypatch):
+    """E4M3 conversions need compute capability 8.9: an older GPU is refused by name before the model is
+    quantized."""
     before = snapshot(tiny)
     monkeypatch.setattr(causal_lm, "model_device", lambda model, weight_format="bf16": torch.device("cuda", 0))
-    with pytest.raises(UnsupportedModelError, match=r"cuda:0 with FP8 weights, but the CUDA kernel does not read FP8 "
-                                                    r"weights yet; FP8 runs on the CPU reference executor"):
+    monkeypatch.setattr(causal_lm, "device_capability", lambda device: (8, 0))
+    with pytest.raises(UnsupportedModelError, match=r"cuda:0 \(compute capability 8\.0\) with FP8 weights, but that "
+                                                    r"GPU has no FP8 conversion instructions"):
         tiles_ext.patch(tiny, weights="fp8", plan_cache_dir=False)
     assert_same(tiny, before)
 

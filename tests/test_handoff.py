@@ -4,6 +4,8 @@ The CUDA build runs both for every shape (csrc/cuda/decode_kernel_{counters,flag
 runtime gets decides its scratch arena's size and layout, so the choice is checked here on CPU with the kernel's
 constants stubbed. The GPU tests (test_cuda_kernel.py) check that the two give the same bits.
 """
+import dataclasses
+
 import pytest
 import torch
 
@@ -65,6 +67,15 @@ def test_explicit_choices_and_their_errors(cuda_build):
         runtime.choose_handoff(llama, "cpu", "flags")
     assert runtime.choose_handoff(_header("smollm2-135m"), "cpu") == "counters"
     assert runtime.choose_handoff(_header("smollm2-135m"), "cpu", "counters") == "counters"
+
+
+def test_fp8_plans_hand_off_by_counters(cuda_build):
+    """The FP8 kernels hand off by counters only: 'auto' takes them even for SmolLM2, 'flags' is refused by name."""
+    fp8 = build_plan(dataclasses.replace(shape_of(load_config("smollm2-135m")), weight_format="fp8"), workers=132,
+                     validate=False).header
+    assert runtime.choose_handoff(fp8, CUDA) == "counters"
+    with pytest.raises(ValueError, match="an FP8 plan runs with counter hand-offs only"):
+        runtime.choose_handoff(fp8, CUDA, "flags")
 
 
 def test_a_cpu_only_build_has_no_flags(monkeypatch):

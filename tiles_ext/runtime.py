@@ -13,6 +13,7 @@ import torch
 
 from tiles_ext import families
 from tiles_ext.errors import check_state
+from tiles_ext.planner import format as fmt
 from tiles_ext.planner.format import attn_warps_fit as format_attn_warps_fit
 from tiles_ext.planner.plan import Plan
 
@@ -68,6 +69,11 @@ def choose_handoff(header: dict, device, handoff: str | None = None) -> str:
         raise ValueError(f"handoff {want!r}: expected one of {', '.join(HANDOFFS)}")
     device = torch.device(device)
     if want == "counters":
+        return "counters"
+    if header.get("weight_dtype", fmt.DType.BF16) == fmt.DType.F8E4M3:
+        if want == "flags":
+            raise ValueError("handoff 'flags': an FP8 plan runs with counter hand-offs only (the FP8 kernels); "
+                             "pass handoff='counters' or leave it to 'auto'")
         return "counters"
     flags = _kernel_constants()["flags"] if device.type == "cuda" else False
     if want == "flags":

@@ -236,7 +236,13 @@ __device__ __forceinline__ void stage_paced(const KernelParams& p, const Tile& t
     while (clock64() - t0 < d) {
     }
   }
-  stage_first_batch(p, t, stage, bias);
+  if constexpr (kFp8) {
+    if (tile_is_e4m3(t)) {
+      stage_first_batch<true>(p, t, stage, bias);
+      return;
+    }
+  }
+  stage_first_batch<false>(p, t, stage, bias);
 }
 
 // A matvec tile's input vector into shared memory: RESID's bf16 input (and its residual rows, issued together: one
@@ -279,6 +285,26 @@ __device__ __forceinline__ bool embed_tile(const KernelParams& p, const Tile& t,
   float* out = reinterpret_cast<float*>(buffer_ptr(p, t.out_buf));
   for (int i = tid; i < p.h.hidden; i += kThreads) put_f32(out, i, bf2f(__ldg(row + i)), sc.epoch);
   return true;
+}
+
+// An FP8 plan's matvec over E4M3 rows (FP8 kernels only): the tile's matrices and their scales (KernelParams
+// scale_of), in the plan's scale layout. Out of line: one call per tile, and it keeps the E4M3 loops' registers out
+// of the tile loop.
+__device__ __forceinline__ void matvec_e4m3(const KernelParams& p, const Tile& t, int32_t cols, const uint16_t* vec,
+                                         const MatvecOut& o, float* red, const uint8_t* stage) {
+  if constexpr (kFp8) {
+    const bool pair = t.op == kOpGateup;
+    MatvecScales s;
+    s.a = reinterpret_cast<const float*>(p.weights[p.scale_of[t.weight]]);
+    s.b = pair ? reinterpret_cast<const float*>(p.weights[p.scale_of[t.weight2]]) : s.a;
+    s.blocks = (cols + kScaleBlockSize - 1) / kScaleBlockSize;
+    const uint16_t* W2 = pair ? p.weights[t.weight2] : nullptr;  // QKV's weight2 is its BF16 bias (o.bias)
+    if (p.h.scale_layout == kScalePerChannel) {
+      matvec<kWE4m3Row>(p, p.weights[t.weight], W2, cols, vec, o, red, stage, s);
+    } else {
+      matvec<kWE4m3Block>(p, p.weights[t.weight], W2, cols, vec, o, red, stage, s);
+    }
+  }
 }
 
 // Runs one tile. False when the worker must stop (an error was raised).
@@ -360,7 +386,15 @@ __device__ bool run_tile(const KernelParams& p, int32_t ti, const Tile& t, const
         // The rows in the residual's shared memory (unused by LMHEAD) where they fit, for lmhead_partial.
         if (t.row_end - t.row_begin <= p.h.hidden) o.out_f32 = rsd;
       }
-      matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage);
+      if constexpr (kFp8) {
+        if (tile_is_e4m3(t)) {
+          matvec_e4m3(p, t, cols, vec, o, red, stage);
+        } else {
+          matvec(p, p.weights[t.weight], nullptr, cols, vec, o, red, stage);  // the BF16 LM head
+        }
+      } else {
+        matvec(p, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr, cols, vec, o, red, stage);
+      }
       TILE_MARK(kTimePhase2);
       if (t.op == kOpLmhead) {
         if (kSampler) {

@@ -22,8 +22,9 @@ constexpr int kWarps = kThreads / 32;
 // BF16 (Qwen3-32B) have 64 layers.
 constexpr int kMaxLayers = 64;
 // Weight pointers passed by value: every layer slot of a BF16 plan (kMaxBf16LayerSlots: Llama's 9, the q/k/v biases
-// and the q/k norms; the FP8 scale slots not, since the op refuses FP8 plans on CUDA before filling this table) for
-// kMaxLayers layers, plus the model's final ones. The op refuses a plan with more (h.num_weights).
+// and the q/k norms) for kMaxLayers layers, plus the model's final ones. An FP8 plan's list also holds the 7 scale
+// tensors of each layer, so it fits up to ~47 layers (every served FP8 shape up to 8B has 36 or fewer); the op
+// refuses a plan with more (h.num_weights) by name.
 constexpr int kMaxWeights = kMaxLayers * kMaxBf16LayerSlots + (kNumSlots - kMaxLayerSlots);
 // kAttnChunkElems (plan_format.h): KV positions staged per attention chunk = kAttnChunkElems / head_dim.
 // 16-byte weight chunks per lane and row issued before the first use: with two rows, kUnroll x 16 KB in flight per
@@ -119,6 +120,9 @@ struct KernelParams {
   // The op's sampler tensor (planner/format.py "Sampling"; sampler_words(vocab, lm_tiles) words, 16-byte aligned),
   // or null: the LMHEAD and ARGMAX tiles then run without it. Last, so that no other field's offset moves.
   int32_t* sampler;
+  // FP8 plans: for weight w, the index in `weights` of its fp32 scale tensor (the E4M3 layer matrices), else -1.
+  // After every other field, so that no BF16 kernel's parameter offsets move.
+  int16_t scale_of[kMaxWeights];
 };
 static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
@@ -270,7 +274,9 @@ TILE_ATTN_HEAD_DIMS(TILE_CHUNK_FITS)
   TILE_DECLARE_KERNEL(decode_counters_hd##HD)             \
   TILE_DECLARE_KERNEL(decode_flags_hd##HD)                \
   TILE_DECLARE_KERNEL(decode_counters_hd##HD##_sampler)   \
-  TILE_DECLARE_KERNEL(decode_flags_hd##HD##_sampler)
+  TILE_DECLARE_KERNEL(decode_flags_hd##HD##_sampler)      \
+  TILE_DECLARE_KERNEL(decode_counters_hd##HD##_fp8)       \
+  TILE_DECLARE_KERNEL(decode_counters_hd##HD##_fp8_sampler)
 TILE_ATTN_HEAD_DIMS(TILE_DECLARE_KERNELS)
 #undef TILE_DECLARE_KERNELS
 #undef TILE_DECLARE_KERNEL
@@ -291,7 +297,9 @@ inline cudaError_t decode_set_smem_limit(int32_t bytes) {
   if (e == cudaSuccess) e = decode_counters_hd##HD##_set_smem_limit(bytes);         \
   if (e == cudaSuccess) e = decode_flags_hd##HD##_set_smem_limit(bytes);            \
   if (e == cudaSuccess) e = decode_counters_hd##HD##_sampler_set_smem_limit(bytes); \
-  if (e == cudaSuccess) e = decode_flags_hd##HD##_sampler_set_smem_limit(bytes);
+  if (e == cudaSuccess) e = decode_flags_hd##HD##_sampler_set_smem_limit(bytes);   \
+  if (e == cudaSuccess) e = decode_counters_hd##HD##_fp8_set_smem_limit(bytes);     \
+  if (e == cudaSuccess) e = decode_counters_hd##HD##_fp8_sampler_set_smem_limit(bytes);
   TILE_ATTN_HEAD_DIMS(TILE_SET_LIMIT)
 #undef TILE_SET_LIMIT
   return e;
@@ -310,7 +318,9 @@ inline cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
   take(decode_counters_hd##HD##_blocks_per_sm);         \
   take(decode_flags_hd##HD##_blocks_per_sm);            \
   take(decode_counters_hd##HD##_sampler_blocks_per_sm); \
-  take(decode_flags_hd##HD##_sampler_blocks_per_sm);
+  take(decode_flags_hd##HD##_sampler_blocks_per_sm);   \
+  take(decode_counters_hd##HD##_fp8_blocks_per_sm);     \
+  take(decode_counters_hd##HD##_fp8_sampler_blocks_per_sm);
   TILE_ATTN_HEAD_DIMS(TILE_BLOCKS)
 #undef TILE_BLOCKS
   *blocks = e == cudaSuccess ? fewest : 0;
@@ -320,12 +330,17 @@ inline cudaError_t decode_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 // Launches the persistent kernel for this plan's head_dim (cooperative: all num_workers blocks co-resident) on
 // `stream`. The shared-memory limit must already allow smem_layout(p.h).total. `flagged`: the scratch arena has the
 // flagged layout (every element with its epoch, twice the plan's bytes), and hand-offs go by flag-in-data words.
-// p.sampler != null: the sampler kernels.
+// p.sampler != null: the sampler kernels. An FP8 plan (h.weight_dtype): the FP8 kernels (counter hand-offs only;
+// the op refuses a flagged arena for one first).
 inline cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, bool flagged) {
   const bool sampler = p.sampler != nullptr;
+  const bool fp8 = p.h.weight_dtype == kDTypeF8e4m3;
   switch (p.h.head_dim) {
 #define TILE_LAUNCH(HD)                                                                                   \
     case HD:                                                                                            \
+      if (fp8)                                                                                          \
+        return sampler ? decode_counters_hd##HD##_fp8_sampler_launch(p, stream)                         \
+                       : decode_counters_hd##HD##_fp8_launch(p, stream);                                \
       if (sampler)                                                                                      \
         return flagged ? decode_flags_hd##HD##_sampler_launch(p, stream)                                \
                        : decode_counters_hd##HD##_sampler_launch(p, stream);                            \

@@ -178,6 +178,13 @@ void check_device_and_plan(const Header& h, int dev, const DeviceInfo& di) {
               "kernel serves at most ", kAttnWarpsMaxGroup);
   TORCH_CHECK(h.hidden % 8 == 0 && h.intermediate % 8 == 0, "tiles::decode_step (CUDA): hidden (", h.hidden,
               ") and intermediate (", h.intermediate, ") must be multiples of 8 (16-byte rows)");
+  if (h.weight_dtype == kDTypeF8e4m3) {
+    // E4M3 rows are read as 16-byte chunks of 16 columns: the matrices' widths (hidden, q width, intermediate).
+    const int32_t q_width = h.num_heads * h.head_dim;
+    TORCH_CHECK(h.hidden % 16 == 0 && q_width % 16 == 0 && h.intermediate % 16 == 0, "tiles::decode_step (CUDA): "
+                "an FP8 plan's matrix widths (hidden ", h.hidden, ", heads x head_dim ", q_width, ", intermediate ",
+                h.intermediate, ") must be multiples of 16 (16-byte rows of E4M3); run this model in BF16");
+  }
 }
 
 // Whether the arena has the flagged layout. Its size names it: the plan's scratch_bytes for counter hand-offs, twice
@@ -188,6 +195,9 @@ bool flagged_arena(const Header& h, const at::Tensor& scratch) {
   TORCH_CHECK(flagged || scratch.numel() == h.scratch_bytes, "tiles::decode_step (CUDA): scratch has ",
               scratch.numel(), " bytes; the plan's arena is ", h.scratch_bytes, " bytes (counter hand-offs) or ",
               2 * int64_t(h.scratch_bytes), " (flag hand-offs)");
+  TORCH_CHECK(!(flagged && h.weight_dtype == kDTypeF8e4m3), "tiles::decode_step (CUDA): an FP8 plan runs with "
+              "counter hand-offs only (the FP8 kernels, decode_kernel.h); pass a scratch of the plan's ",
+              h.scratch_bytes, " bytes (TileRuntime(handoff='counters'))");
   return flagged;
 }
 
@@ -233,6 +243,10 @@ cuda::KernelParams kernel_params(const Header& h, const at::Tensor& plan, at::Te
     TORCH_CHECK(aligned16(weights[i].data_ptr()), "tiles::decode_step (CUDA): weights[", i,
                 "] is not 16-byte aligned (the kernel reads 16-byte vectors)");
     p.weights[i] = reinterpret_cast<const uint16_t*>(weights[i].data_ptr());
+    p.scale_of[i] = -1;
+    int32_t slot = -1, layer = -1;
+    if (h.weight_dtype == kDTypeF8e4m3 && weight_entry(h, i, &slot, &layer) && kScaleSlotOf[slot] >= 0)
+      p.scale_of[i] = static_cast<int16_t>(weight_index(h, kScaleSlotOf[slot], layer));
   }
   for (int64_t l = 0; l < h.num_layers; ++l) {
     TORCH_CHECK(aligned16(k_cache[l].data_ptr()) && aligned16(v_cache[l].data_ptr()),

@@ -70,6 +70,36 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
+// Two E4M3 values (q: element 0 in the low byte) widened exactly to fp32: E4M3 -> f16 (cvt.rn.f16x2.e4m3x2, every
+// E4M3 value, subnormals included, is an f16 value) -> f32.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t q) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(q)));
+  float2 f;
+  asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(h));
+  return f;
+}
+
+// One 16-byte chunk of an E4M3 row (element k in byte k) times 16 bf16 inputs (x0: elements 0-7, x1: 8-15), added
+// to acc in element order. The products of an E4M3 and a bf16 value are exact in fp32, as dot8's are.
+__device__ __forceinline__ float dot16_e4m3(uint4 w, uint4 x0, uint4 x1, float acc) {
+  const uint32_t wa[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float2 f = e4m3x2_to_float2(wa[i] >> (16 * half));
+      const uint32_t x = xa[2 * i + half];
+      acc = fmaf(f.x, __uint_as_float(x << 16), acc);
+      acc = fmaf(f.y, __uint_as_float(x & 0xffff0000u), acc);
+    }
+  }
+  return acc;
+}
+
 // d += A * B on the tensor cores: one m16n8k16 tile, bf16 inputs, fp32 accumulators. PTX fragments (lane = 4r + t):
 // A rows r (a0, a2) and r + 8 (a1, a3), columns 2t, 2t + 1 (a0, a1) and + 8 (a2, a3); B rows (k) 2t, 2t + 1 (b0) and
 // + 8 (b1), column r; d rows r (d0, d1) and r + 8 (d2, d3), columns 2t, 2t + 1.

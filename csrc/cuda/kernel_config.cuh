@@ -30,6 +30,19 @@ constexpr bool kFlags = true;
 constexpr bool kFlags = false;
 #endif
 
+// TILE_FP8 (defined 1 by decode_kernel_counters_hd<head_dim>_fp8[_sampler].cu): the kernels of FP8 plans, whose
+// layer matrices are E4M3 with fp32 scales (docs/numerics.md "FP8 weights"; the LM head, norms and biases stay
+// BF16). Kernels of their own, so that the BF16 kernels keep their code exactly; counter hand-offs only (FP8 halves
+// the bytes of a layer, so no served model is small enough for the flag hand-off to pay: runtime.choose_handoff).
+#if defined(TILE_FP8) && TILE_FP8
+constexpr bool kFp8 = true;
+#ifdef TILE_FLAG_HANDOFF
+#error "the FP8 kernels hand off by counters (kernel_config.cuh)"
+#endif
+#else
+constexpr bool kFp8 = false;
+#endif
+
 // With a cp.async-staged first batch, the item's next batch is loaded before the staged batch's arithmetic (matvec).
 // Not in the flag kernels: their polls hold more registers, and there it made the tile loop spill.
 constexpr bool kPreloadNext = !kFlags;

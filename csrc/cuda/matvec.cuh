@@ -180,11 +180,12 @@ struct MatvecShape {
   bool pair;
 };
 
-__device__ __forceinline__ MatvecShape matvec_shape(int op, int32_t nrows, int32_t cols) {
+// `nchunks`: 16-byte chunks per row (cols / 8 for BF16 rows, cols / 16 for E4M3 rows).
+__device__ __forceinline__ MatvecShape matvec_shape(int op, int32_t nrows, int32_t nchunks) {
   MatvecShape m;
   m.pair = (op == kOpGateup);
   m.nunits = m.pair ? nrows : (nrows + 1) / 2;
-  m.nchunks = cols / 8;
+  m.nchunks = nchunks;
   m.ksplit = 1;
   if (m.nunits < kWarps) {
     m.ksplit = div_small(kWarps, m.nunits);  // nunits < kWarps
@@ -192,7 +193,7 @@ __device__ __forceinline__ MatvecShape matvec_shape(int op, int32_t nrows, int32
     if (m.ksplit > maxk) m.ksplit = maxk;
     if (m.ksplit < 1) m.ksplit = 1;
   }
-  m.slice = div_small(m.nchunks + m.ksplit - 1, m.ksplit);  // nchunks = cols / 8 < 2^16, ksplit <= kWarps
+  m.slice = div_small(m.nchunks + m.ksplit - 1, m.ksplit);  // nchunks <= cols / 8 < 2^16, ksplit <= kWarps
   m.items = m.nunits * m.ksplit;
   return m;
 }
@@ -204,8 +205,9 @@ struct MatvecItem {
   int32_t unit, c0, c1;
 };
 
+// `stride`: the row stride in 16-bit units (cols for BF16 rows, cols / 2 for E4M3 rows).
 __device__ __forceinline__ MatvecItem matvec_item(const MatvecShape& m, const uint16_t* W, const uint16_t* W2,
-                                                  int32_t row_begin, int32_t row_end, int32_t cols, int32_t item) {
+                                                  int32_t row_begin, int32_t row_end, int32_t stride, int32_t item) {
   MatvecItem it;
   it.unit = div_small(item, m.ksplit);  // item < nunits * ksplit < 2^16
   const int32_t ks = item - it.unit * m.ksplit;
@@ -213,14 +215,14 @@ __device__ __forceinline__ MatvecItem matvec_item(const MatvecShape& m, const ui
   it.c1 = it.c0 + m.slice < m.nchunks ? it.c0 + m.slice : m.nchunks;
   if (m.pair) {
     const int64_t r = row_begin + it.unit;
-    it.A = W + r * cols;
-    it.B = W2 + r * cols;
+    it.A = W + r * stride;
+    it.B = W2 + r * stride;
     it.bvalid = true;
   } else {
     const int64_t r = row_begin + 2 * it.unit;
-    it.A = W + r * cols;
+    it.A = W + r * stride;
     it.bvalid = r + 1 < row_end;
-    it.B = it.bvalid ? it.A + cols : it.A;
+    it.B = it.bvalid ? it.A + stride : it.A;
   }
   return it;
 }
@@ -263,6 +265,21 @@ __device__ __forceinline__ void ksplit_sum(const MatvecShape& m, const float* re
 // [row_begin, row_end) go there in the same commit group (4-byte copies: a tile's rows need not start at a 16-byte
 // boundary; the vector, q, k or v rows, has an even length); matvec publishes them with a barrier before its first
 // emit.
+// How a matvec tile's rows are stored: E4M3 (16 columns per 16-byte chunk) for the layer matrices of an FP8 plan,
+// BF16 (8 per chunk) for everything else, the LM head included.
+__device__ __forceinline__ bool tile_is_e4m3(const Tile& t) {
+  return kFp8 && t.op != kOpLmhead;
+}
+__device__ __forceinline__ int32_t row_chunks(bool e4m3, int32_t cols) {
+  return e4m3 ? cols / 16 : cols / 8;
+}
+__device__ __forceinline__ int32_t row_stride16(bool e4m3, int32_t cols) {
+  return e4m3 ? cols / 2 : cols;
+}
+
+// E4m3: the tile's rows are E4M3 (tile_is_e4m3), a template argument so that the BF16 kernels' code is not touched
+// by the choice (a run-time false there still changed their code generation).
+template <bool E4m3>
 __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t* stage, uint16_t* bias) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (bias != nullptr) {
@@ -272,10 +289,10 @@ __device__ void stage_first_batch(const KernelParams& p, const Tile& t, uint8_t*
     for (int32_t i = threadIdx.x; i < words; i += kThreads) cp_async4(bias + 2 * i, src + i);
   }
   const int32_t cols = weight_cols(p, t.weight);
-  const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, cols);
+  const MatvecShape m = matvec_shape(t.op, t.row_end - t.row_begin, row_chunks(E4m3, cols));
   if (warp < m.items) {
     const MatvecItem it = matvec_item(m, p.weights[t.weight], t.weight2 >= 0 ? p.weights[t.weight2] : nullptr,
-                                      t.row_begin, t.row_end, cols, warp);
+                                      t.row_begin, t.row_end, row_stride16(E4m3, cols), warp);
     uint8_t* sw = stage + warp * kStageBytesPerWarp;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -295,17 +312,75 @@ __device__ __forceinline__ bool op_is_matvec(int32_t op) {
 }
 
 
+// The weight formats of a matvec's rows (docs/numerics.md "FP8 weights"): BF16; E4M3 with one fp32 scale per row
+// (applied to the row's sum, or to each k-split slice of it); E4M3 with one per 128 x 128 block (applied to each
+// chunk's 16-column partial sum: a chunk lies in one block). Both E4M3 ways factor the scale out of sums of exact
+// products: for the power-of-two scales of patch(weights="fp8") that equals the CPU executor's dequantize-then-add
+// up to the summation order, for a checkpoint's scales it adds one rounding per chunk or row.
+enum WeightFormat : int { kWBf16 = 0, kWE4m3Row = 1, kWE4m3Block = 2 };
+
+// The scales of a matvec's E4M3 matrices (null for BF16): A's (the tile's weight) and B's (GATEUP's up weight).
+struct MatvecScales {
+  const float* a;
+  const float* b;
+  int32_t blocks;  // kWE4m3Block: scale columns per block row, ceil(cols / 128)
+};
+
+// One item's scales: per row, its rows' (the unit's second row B, the pair's up row); per block, its rows' block
+// rows (two rows of one unit share a block row: units start at even rows).
+struct ItemScales {
+  const float* a;
+  const float* b;
+};
+
+template <int F>
+__device__ __forceinline__ ItemScales item_scales(const MatvecScales& s, const MatvecShape& m, int32_t row_begin,
+                                                  int32_t unit) {
+  ItemScales r{nullptr, nullptr};
+  if constexpr (F != kWBf16) {
+    const int32_t row = m.pair ? row_begin + unit : row_begin + 2 * unit;
+    const int64_t at = F == kWE4m3Row ? row : int64_t(row / kScaleBlockSize) * s.blocks;
+    r.a = s.a + at;
+    r.b = m.pair ? s.b + at : (F == kWE4m3Row ? r.a + 1 : r.a);
+  }
+  return r;
+}
+
+// Chunk c of both rows of an item (wa, wb) times the input vector, into a0 / a1.
+template <int F>
+__device__ __forceinline__ void chunk_dot(const uint4* hv, int32_t c, uint4 wa, uint4 wb, const ItemScales& sc,
+                                          float& a0, float& a1) {
+  if constexpr (F == kWBf16) {
+    const uint4 x = hv[c];
+    a0 = dot8(wa, x, a0);
+    a1 = dot8(wb, x, a1);
+  } else {
+    const uint4 x0 = hv[2 * c], x1 = hv[2 * c + 1];
+    if constexpr (F == kWE4m3Row) {
+      a0 = dot16_e4m3(wa, x0, x1, a0);
+      a1 = dot16_e4m3(wb, x0, x1, a1);
+    } else {
+      const int32_t blk = c >> 3;  // 8 chunks of 16 columns per 128-column block
+      a0 = fmaf(dot16_e4m3(wa, x0, x1, 0.f), __ldg(sc.a + blk), a0);
+      a1 = fmaf(dot16_e4m3(wb, x0, x1, 0.f), __ldg(sc.b + blk), a1);
+    }
+  }
+}
+
 // The tile's rows times the input vector h (shared memory), emitted through `o`. `stage`: this block's first weight
-// batches, copied before the wait (stage_first_batch), or null.
+// batches, copied before the wait (stage_first_batch), or null. F: the rows' WeightFormat, `scales` its scales.
+template <int F = kWBf16>
 __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t* W2, int32_t cols, const uint16_t* h,
-                       const MatvecOut& o, float* red, const uint8_t* stage) {
+                       const MatvecOut& o, float* red, const uint8_t* stage, const MatvecScales scales = {}) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, cols);
+  constexpr bool e4m3 = F != kWBf16;
+  const MatvecShape m = matvec_shape(o.op, o.row_end - o.row_begin, row_chunks(e4m3, cols));
   const uint4* hv = reinterpret_cast<const uint4*>(h);
   if (stage != nullptr) cp_async_wait_all();
   if (o.bias != nullptr) __syncthreads();  // every thread's bias words (stage_first_batch) landed
   for (int32_t item = warp; item < m.items; item += kWarps) {
-    const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, cols, item);
+    const MatvecItem it = matvec_item(m, W, W2, o.row_begin, o.row_end, row_stride16(e4m3, cols), item);
+    const ItemScales isc = item_scales<F>(scales, m, o.row_begin, it.unit);
     float a0 = 0.f, a1 = 0.f;
     // With a cp.async-staged first batch the weight registers take the item's NEXT batch while the staged one is
     // computed straight from shared memory.
@@ -330,10 +405,18 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
         for (int u = 0; u < kUnroll; ++u) {
           const int32_t c = base + u * 32 + lane;
           if (c < it.c1) {
-            const uint4 x = hv[c];
-            a0 = dot8(*reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16), x, a0);
-            a1 = dot8(it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
-                                : make_uint4(0, 0, 0, 0), x, a1);
+            const uint4 sa = *reinterpret_cast<const uint4*>(sw + (u * 32 + lane) * 16);
+            if constexpr (F == kWBf16) {  // the input chunk read first: the BF16 kernels' code as it was measured
+              const uint4 x = hv[c];
+              a0 = dot8(sa, x, a0);
+              a1 = dot8(it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                  : make_uint4(0, 0, 0, 0), x, a1);
+            } else {
+              chunk_dot<F>(hv, c, sa,
+                           it.bvalid ? *reinterpret_cast<const uint4*>(sw + ((kUnroll + u) * 32 + lane) * 16)
+                                     : make_uint4(0, 0, 0, 0),
+                           isc, a0, a1);
+            }
           }
         }
       } else {
@@ -354,17 +437,17 @@ __device__ void matvec(const KernelParams& p, const uint16_t* W, const uint16_t*
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int32_t c = base + u * 32 + lane;
-          if (c < it.c1) {
-            const uint4 x = hv[c];
-            a0 = dot8(wa[u], x, a0);
-            a1 = dot8(wb[u], x, a1);
-          }
+          if (c < it.c1) chunk_dot<F>(hv, c, wa[u], wb[u], isc, a0, a1);
         }
       }
     }
     a0 = warp_sum(a0);
     a1 = warp_sum(a1);
     if (lane == 0) {
+      if constexpr (F == kWE4m3Row) {
+        a0 *= __ldg(isc.a);
+        a1 = it.bvalid ? a1 * __ldg(isc.b) : a1;
+      }
       if (m.ksplit == 1) {
         emit(o, it.unit, a0, a1);
       } else {

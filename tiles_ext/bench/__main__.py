@@ -37,7 +37,8 @@ from .workloads import MODEL_LABELS, ZOO, Workload, floor_info, floor_ms, shape_
 REPO = Path(__file__).resolve().parents[2]
 GPU_SWEEP = [32, 256, 1024, 2048, 4096, 8192, 16384]
 BASELINES = ("hf-eager", "hf-static-compile", "hf-compile-sample", "graph-step", "llama.cpp")
-TILES = ("tiles-generate", "tiles-generate-sample", "tiles-op-multi", "tiles-op-single")
+TILES = ("tiles-generate", "tiles-generate-sample", "tiles-op-multi", "tiles-op-single", "tiles-generate-fp8",
+         "tiles-op-fp8")
 ZOO_SYSTEMS = ("tiles-generate", "tiles-op-multi", "graph-step", "hf-static-compile")
 DEFAULT_SAMPLE = "temperature=0.7,top_p=0.9,top_k=50"
 
@@ -199,6 +200,12 @@ def tiles_child(spec_path: str) -> int:
                                   device, spec["warmup"], spec["sample"] if sy == "tiles-generate-sample" else None)
                     emit("row", r)
                 model = T.unpatch(model)
+        fp8 = [sy for sy in ("tiles-generate-fp8", "tiles-op-fp8") if sy in systems]
+        if fp8:
+            fp8_floors = {w.name: floor_info(w, bw, "fp8")["floor_ms"] for w in wls}
+            prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
+            model = T.fp8_rows([(sy, w, R.new_row(sy, w)) for sy in fp8 for w in wls], model, fp8_floors, prompts,
+                               spec["reps"], device, spec["warmup"], spec["cpu_workers"], lambda r: emit("row", r))
         if "tiles-op-multi" in systems or "tiles-op-single" in systems:
             for w in wls:
                 r1, rn = R.new_row("tiles-op-single", w), R.new_row("tiles-op-multi", w)

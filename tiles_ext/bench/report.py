@@ -92,6 +92,8 @@ def summary_table(result: dict) -> list[str]:
                 cells.append("-" if r is None else r["status"])
             else:
                 pct = f" ({r['pct_of_floor']:.0f}%)" if r["pct_of_floor"] is not None else ""
+                if r.get("floor_ms") is not None and r["pct_of_floor"] is not None:  # a row of its own floor (FP8)
+                    pct = f" ({r['pct_of_floor']:.0f}% of {r['floor_ms']:.3f})"
                 cells.append(f"{r['ms_per_token']['median']:.3f}{pct}")
         lines.append(f"| {w['label']} | {w['floor']['floor_ms']:.3f} | " + " | ".join(cells) + " |")
     return lines
@@ -109,7 +111,7 @@ def markdown(result: dict, figures: dict | None = None, compact: bool = False) -
              f"Read bandwidth measured in the same run: **{_bw(bw['bytes_per_s'])}** ({bw['method']} over "
              f"{bw['bytes'] / 1e9:.2f} GB). Floor = (weight bytes + KV bytes read per token) / that bandwidth; "
              "% of floor = floor / measured.", "",
-             "ms/token, median (% of the floor):", ""] + summary_table(result) + [""]
+             "ms/token, median (% of the floor; FP8 rows: % of their own floor, which the cell names):", ""] + summary_table(result) + [""]
     for w in ([] if compact else result["workloads"]):
         wr = sorted((r for r in result["rows"] if r["workload"] == w["name"]), key=_system_order)
         if not wr:

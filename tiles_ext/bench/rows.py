@@ -16,6 +16,10 @@ SYSTEMS = {
     "hf-compile-sample": ("Transformers generate with sampling, static cache + torch.compile reduce-overhead",
                           "HF compile sample"),
     "hf-eager": ("Transformers generate, eager (default cache)", "HF eager"),
+    # % of floor of the FP8 rows: the FP8 floor (E4M3 layers + their scales, BF16 embedding / LM head / KV).
+    "tiles-generate-fp8": ("Tiles, model.generate() on a model patched with weights=\"fp8\" (% of the FP8 floor)",
+                           "Tiles FP8"),
+    "tiles-op-fp8": ("Tiles op alone, FP8 weights, multi-token launches (% of the FP8 floor)", "Tiles op FP8"),
     "llama.cpp": ("llama.cpp (CUDA, llama-bench)", "llama.cpp"),
 }
 

@@ -20,7 +20,7 @@ from .timing import DeviceTimer, peak_memory, sync
 class OpDecoder:
     """A plan, a TileRuntime and a KV cache of max_len positions for one model: calls the op directly."""
 
-    def __init__(self, model, max_len: int, device: torch.device, cpu_workers: int = 8):
+    def __init__(self, model, max_len: int, device: torch.device, cpu_workers: int = 8, weight_format="bf16"):
         from tiles_ext.families import shape_of
         from tiles_ext.integrations.planning import plan_for
         from tiles_ext.planner import format as fmt
@@ -31,11 +31,12 @@ class OpDecoder:
         t0 = time.perf_counter()
         # The plan patch() would use (one worker per SM on CUDA), built here without the disk cache so plan_s
         # is the planning cost itself.
-        plan = plan_for(model.config, device, None if device.type == "cuda" else cpu_workers, cache_dir=False)
+        plan = plan_for(model.config, device, None if device.type == "cuda" else cpu_workers, cache_dir=False,
+                        weight_format=weight_format)
         self.runtime = TileRuntime(plan, device)
         sync(device)
         self.plan_s = time.perf_counter() - t0
-        self.weights = model_weights(model)
+        self.weights = model_weights(model, plan.shape)
         self.inv_freq, self.rope_scale = rope_tables(model)
         kv = (1, shape.num_kv_heads, max_len, shape.head_dim)
         self.k = [torch.zeros(kv, dtype=torch.bfloat16, device=device) for _ in range(shape.num_layers)]
@@ -79,17 +80,21 @@ class OpDecoder:
         self.runtime.check_error()
 
 
-def op_rows(row_single, row_multi, model, w, floor_ms, reps, device, cpu_workers=8, single_tokens=None):
-    """Fills both op-alone rows (one OpDecoder: one plan, one cache)."""
+def op_rows(row_single, row_multi, model, w, floor_ms, reps, device, cpu_workers=8, single_tokens=None,
+            weight_format="bf16"):
+    """Fills both op-alone rows (one OpDecoder: one plan, one cache); row_single may be None (not run)."""
     tokens = w.new_tokens
     with peak_memory(device, row_multi):
-        d = OpDecoder(model, w.prompt_len + tokens + 1, device, cpu_workers)
-        row_single["one_time_s"]["plan"] = row_multi["one_time_s"]["plan"] = d.plan_s
+        d = OpDecoder(model, w.prompt_len + tokens + 1, device, cpu_workers, weight_format)
+        for r in filter(None, (row_single, row_multi)):
+            r["one_time_s"]["plan"] = d.plan_s
         per = min(d.max_steps, tokens)
         ms = d.time_tokens(w.prompt_len, tokens, per, reps, f"tiles op x{per} {w.name}")
     n = -(-tokens // per)
     row_multi["notes"].append(f"{n} launch{'es' if n > 1 else ''} of up to {per} tokens per repetition")
     rows.finish(row_multi, ms, floor_ms)
+    if row_single is None:
+        return d
     try:
         n1 = min(tokens, single_tokens or tokens)
         with peak_memory(device, row_single):
@@ -116,12 +121,39 @@ def tiles_generate(row, model, w, input_ids, floor_ms, reps, device, warmup=2, s
     rows.finish(row, r["ms_per_token"], floor_ms)
 
 
-def patch(model):
-    """tiles_ext.patch(model) and its wall time (planning, binding)."""
+def patch(model, weights=None):
+    """tiles_ext.patch(model, weights=weights) and its wall time (planning, binding; quantizing for "fp8")."""
     import tiles_ext
     t0 = time.perf_counter()
-    patched = tiles_ext.patch(model)
+    patched = tiles_ext.patch(model, weights=weights)
     return (patched if patched is not None else model), time.perf_counter() - t0
+
+
+def fp8_rows(rows_, model, floors, prompts, reps, device, warmup, cpu_workers, emit):
+    """The FP8 rows [(system, workload, row)]: patch(weights="fp8") (the model's GPU memory before and after, in each
+    row's notes), generate() and the op alone on its E4M3 layers, then unpatch (the BF16 layers back)."""
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    try:
+        model, patch_s = patch(model, weights="fp8")
+    except Exception as e:
+        for _, _, r in rows_:
+            emit(rows.fail(r, e))
+        return model
+    after = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    for sy, w, r in rows_:
+        r["one_time_s"]["patch"] = patch_s
+        r["floor_ms"] = floors[w.name]
+        if before:
+            r["model_mem_ratio"] = after / before
+            r["notes"].append(f"model GPU memory {before / 2**30:.2f} GiB BF16 -> {after / 2**30:.2f} GiB after "
+                              f"patch(weights='fp8') ({after / before:.3f}x)")
+        if sy == "tiles-generate-fp8":
+            rows.run_guarded(r, tiles_generate, model, w, prompts[w.name], floors[w.name], reps, device, warmup)
+        else:
+            rows.run_guarded(r, lambda row, *a: op_rows(None, row, *a, weight_format="fp8"), model, w,
+                             floors[w.name], reps, device, cpu_workers)
+        emit(r)
+    return unpatch(model)
 
 
 def unpatch(model):

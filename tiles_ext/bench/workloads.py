@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
@@ -53,8 +54,8 @@ def config_dict(model: str) -> dict:
         return json.load(f)
 
 
-def shape_of(model: str) -> ModelShape:
-    return families.shape_of(config_dict(model))
+def shape_of(model: str, weight_format: str = "bf16") -> ModelShape:
+    return dataclasses.replace(families.shape_of(config_dict(model)), weight_format=weight_format)
 
 
 def kv_bytes_per_position(shape: ModelShape) -> int:
@@ -78,8 +79,9 @@ def floor_ms(shape: ModelShape, context: float, bandwidth_bytes_per_s: float) ->
     return bytes_per_token(shape, context) / bandwidth_bytes_per_s * 1e3
 
 
-def floor_info(w: Workload, bandwidth_bytes_per_s: float) -> dict:
-    shape = shape_of(w.model)
+def floor_info(w: Workload, bandwidth_bytes_per_s: float, weight_format: str = "bf16") -> dict:
+    """The workload's bytes and floor with its weights in `weight_format` (BF16; "fp8" for the FP8 rows)."""
+    shape = shape_of(w.model, weight_format)
     ctx = mean_decode_context(w)
     return {"weight_bytes": shape.weight_bytes(), "kv_bytes_per_token": kv_bytes_per_position(shape) * ctx,
             "bytes_per_token": bytes_per_token(shape, ctx), "mean_context": ctx,

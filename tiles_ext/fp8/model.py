@@ -87,21 +87,24 @@ def weight_format_of(model, family, shape) -> str:
 
 def quantize_layers(model, paths) -> dict:
     """Puts an Fp8Linear (per-row scales) in place of each BF16 nn.Linear at `paths`; returns the replaced modules
-    by path, unchanged (their BF16 weights are the host copy restore_layers puts back)."""
+    by path, moved to the CPU (the host copy restore_layers puts back, bit for bit): a GPU model's BF16 layers leave
+    its memory, one layer at a time."""
     originals = {}
     for path in paths:
         parent, name = _parent(model, path)
         linear = getattr(parent, name)
+        device = linear.weight.device
         q, s = quantize_per_channel(linear.weight)
-        setattr(parent, name, Fp8Linear(q.to(linear.weight.device), s.to(linear.weight.device), linear.bias))
-        originals[path] = linear
+        setattr(parent, name, Fp8Linear(q.to(device), s.to(device), linear.bias))
+        originals[path] = linear.to("cpu")
     return originals
 
 
 def restore_layers(model, originals: dict) -> None:
+    """Puts the host copies back, on the device of the layers they replace."""
     for path, module in originals.items():
         parent, name = _parent(model, path)
-        setattr(parent, name, module)
+        setattr(parent, name, module.to(getattr(parent, name).weight.device))
 
 
 def dequantizing_forwards(model, paths) -> list:
