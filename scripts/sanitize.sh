@@ -65,7 +65,9 @@ def quantize(model, shape):
     for path in layer_paths(family_for(model_type_of(model.config)), shape):
         parent, _, name = path.rpartition(".")
         linear = model.get_submodule(path)
-        setattr(model.get_submodule(parent), name, Fp8Linear(*quantizer(linear.weight), linear.bias))
+        q, scale = quantizer(linear.weight)
+        setattr(model.get_submodule(parent), name, Fp8Linear(q.to(linear.weight.device),
+                                                             scale.to(linear.weight.device), linear.bias))
 
 
 n, p = int(sys.argv[1]), int(sys.argv[2])

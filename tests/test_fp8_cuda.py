@@ -141,7 +141,7 @@ def test_fp8_cuda_parity_vs_transformers(case, weight_format):
                       torch.cuda.get_device_properties(0).multi_processor_count, gpu=GpuTarget.of_device(DEV))
     ids = torch.randint(0, model.config.vocab_size, (1, 8 + 64), generator=torch.Generator().manual_seed(1)).to(DEV)
     with torch.no_grad():
-        ref = dequantized_twin(model)(ids).logits[0, 8:].float().cpu()
+        ref = dequantized_twin(model).to(DEV)(ids).logits[0, 8:].float().cpu()
         cache = prefill(model, ids[:, :8], ids.shape[1] + 1)
         hf = torch.stack([forward(model, ids[:, 8 + i:9 + i], cache).logits[0, -1].float() for i in range(64)]).cpu()
     cache = prefill(model, ids[:, :8], ids.shape[1] + 1)

@@ -35,20 +35,25 @@ const std::array<float, 256>& e4m3_table() {
 }  // namespace
 
 // Blocks start at multiples of `block` (128, or K for one scale per row), so every group of kLanes elements lies
-// in one block and lane j still takes exactly the elements k = j (mod 8).
+// in one block and lane j still takes exactly the elements k = j (mod 8). Within a block each lane sums its exact
+// products float(q) * x (4 x 8 significant bits: exact in fp32), then adds that partial times the block's scale:
+// the CUDA kernel's recipe (a scale per partial sum of exact products, there a 16-column chunk's), and for a
+// power-of-two scale bit for bit the dequantize-then-add order.
 float dot_e4m3(const uint8_t* q, const float* scales, int64_t block, const float* x, int64_t K) {
   const float* table = e4m3_table().data();
   float acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t b0 = 0; b0 < K; b0 += block) {
     const float s = scales[b0 / block];
     const int64_t b1 = std::min(K, b0 + block);
+    float part[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t k = b0;
     for (; k + kLanes <= b1; k += kLanes) {
       float w[kLanes];  // the lookups first, so that the arithmetic below runs on whole vectors
       for (int j = 0; j < kLanes; ++j) w[j] = table[q[k + j]];
-      for (int j = 0; j < kLanes; ++j) acc[j] += (w[j] * s) * x[k + j];
+      for (int j = 0; j < kLanes; ++j) part[j] += w[j] * x[k + j];
     }
-    for (; k < b1; ++k) acc[k % kLanes] += (table[q[k]] * s) * x[k];
+    for (; k < b1; ++k) part[k % kLanes] += table[q[k]] * x[k];
+    for (int j = 0; j < kLanes; ++j) acc[j] += part[j] * s;
   }
   return lane_sum(acc);
 }

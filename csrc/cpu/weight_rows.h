@@ -37,8 +37,8 @@ inline float dot_w(const uint16_t* w, const float* x, int64_t K) {
   return lane_sum(acc);
 }
 
-// An E4M3 row whose element k has the scale scales[k / block]: each element is dequantized to fp32 first
-// (float(q) * scale, one rounding), then accumulated exactly as dot_w accumulates a BF16 element.
+// An E4M3 row whose element k has the scale scales[k / block]: per block, each lane's exact products float(q) * x
+// summed, then times the block's scale into the lane (weight_rows.cpp).
 float dot_e4m3(const uint8_t* q, const float* scales, int64_t block, const float* x, int64_t K);
 
 // One matrix of the weights list with what its format needs to read a row.

@@ -27,7 +27,7 @@ def quantize_block128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     w = w.detach().float()
     rows, cols = w.shape
     br, bc = -(-rows // SCALE_BLOCK), -(-cols // SCALE_BLOCK)
-    padded = torch.zeros(br * SCALE_BLOCK, bc * SCALE_BLOCK)
+    padded = torch.zeros(br * SCALE_BLOCK, bc * SCALE_BLOCK, device=w.device)
     padded[:rows, :cols] = w
     blocks = padded.view(br, SCALE_BLOCK, bc, SCALE_BLOCK)
     amax = blocks.abs().amax(dim=(1, 3))
