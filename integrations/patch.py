@@ -44,8 +44,9 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
     from a fine-grained FP8 checkpoint (128x128 block scales) or as an earlier patch made them. "fp8" quantizes a
     BF16 model's q/k/v/o/gate/up/down layers to E4M3 with one power-of-two scale per output row
     (docs/numerics.md, "FP8 weights"), in place: each becomes a tiles_ext.fp8.Fp8Linear, and the replaced
-    nn.Linear modules are kept as they are (the host copy) until unpatch puts them back, so unpatch restores the
-    model exactly. FP8 runs on the CPU reference executor only (the CUDA kernel does not read FP8 yet).
+    nn.Linear modules move to the CPU (the host copy; a GPU model's BF16 layers leave GPU memory) until unpatch
+    puts them back on the model's device, so unpatch restores the model exactly. FP8 runs on both executors (on a
+    GPU of compute capability 8.9 or newer).
     Raises UnsupportedModelError / planner.UnsupportedConfig / TransformersVersionError naming the problem; a
     refused model is left untouched.
 
