@@ -59,8 +59,10 @@ def patch(model, *, multi_token: bool | None = None, workers: int | None = None,
 
     Copies: copy.deepcopy(model) is a patched model of its own, bound to the copy's weights (the plan is shared,
     the op's scratch and state are not); tiles_ext.unpatch works on it. Pickling (torch.save(model),
-    pickle.dumps(model)) and copy.copy(model) give the plain, unpatched model (with weights="fp8", its FP8
-    layers): patch the loaded one again. save_pretrained and state_dict() hold only the weights, as for any model.
+    pickle.dumps(model)) and copy.copy(model) give the plain, unpatched model: patch the loaded one again. A
+    patched FP8 model pickles with its E4M3 layers (the same bits; their PyTorch forward dequantizes), not the BF16
+    host copy. (torch 2.13's pickle.loads cannot rebuild float8 tensors, patched or not; torch.save / torch.load
+    can.) save_pretrained and state_dict() hold only the weights, as for any model.
     """
     check_transformers_version()
     if weights not in WEIGHT_OPTIONS:

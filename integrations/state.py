@@ -137,7 +137,8 @@ class PatchState:
             plan_cache_dir=copy.deepcopy(self.plan_cache_dir, memo), signatures=dict(self.signatures),
             positional={k: list(v) for k, v in self.positional.items()},
             saved=copy.deepcopy(saved, memo), warned=set(self.warned),
-            fp8_originals=copy.deepcopy(self.fp8_originals, memo), fp8_forwards=[])
+            fp8_originals=copy.deepcopy(self.fp8_originals, memo),
+            fp8_forwards=copy.deepcopy(self.fp8_forwards, memo))  # the copy's layers: unpatch(copy) undoes them
 
     def __reduce_ex__(self, protocol):
         # A patched model pickles as its plain self (patch's __getstate__ hook leaves the state out); the state alone

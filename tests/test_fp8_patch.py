@@ -153,3 +153,43 @@ def test_deepcopy_of_a_patched_fp8_model_runs_on_its_own_layers(tiny):
     assert torch.equal(decode_logits(clone)[0], decode_logits(tiny)[0])
     tiles_ext.unpatch(clone)
     assert type(clone.model.layers[0].mlp.up_proj) is torch.nn.Linear
+
+
+def test_deepcopy_of_a_patched_fp8_checkpoint_unpatches_its_own_layers(tiny, tmp_path):
+    """The prefill forwards patch gives a checkpoint's FP8Linear layers belong to the copy's layers in a deep copy:
+    unpatch(copy) takes them off the copy and leaves the original patched model as it was."""
+    write_fp8_checkpoint(tiny, "fp8_block128", tmp_path)
+    model, _ = load_model(tmp_path)
+    tiles_ext.patch(model, plan_cache_dir=False)
+    expected = decode_logits(model)[0]
+    clone = copy.deepcopy(model)
+    assert torch.equal(decode_logits(clone)[0], expected)
+    tiles_ext.unpatch(clone)
+    assert not any("forward" in m.__dict__ for m in clone.modules())
+    assert torch.equal(decode_logits(model)[0], expected)
+    tiles_ext.unpatch(model)
+    assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+@pytest.mark.parametrize("source", ["patch_fp8", "checkpoint"])
+def test_torch_save_of_a_patched_fp8_model_loads_as_the_plain_fp8_model(tiny, tmp_path, source):
+    """torch.save of a patched FP8 model gives the plain model with its E4M3 layers (the same bits), whose PyTorch
+    forward dequantizes; patching the loaded model serves it on the op again with the same logits."""
+    if source == "checkpoint":
+        write_fp8_checkpoint(tiny, "fp8_block128", tmp_path)
+        model, _ = load_model(tmp_path)
+        tiles_ext.patch(model, plan_cache_dir=False)
+    else:
+        model = tiles_ext.patch(tiny, weights="fp8", plan_cache_dir=False)
+    expected = decode_logits(model)[0]
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert not hasattr(loaded, "_tiles")
+    q, stored = loaded.model.layers[0].self_attn.q_proj, model.model.layers[0].self_attn.q_proj
+    assert q.weight.dtype == torch.float8_e4m3fn
+    assert torch.equal(q.weight.view(torch.uint8), stored.weight.view(torch.uint8))
+    with torch.no_grad():
+        prefill = loaded(IDS).logits
+    assert torch.isfinite(prefill).all()
+    tiles_ext.patch(loaded, plan_cache_dir=False)
+    assert torch.equal(decode_logits(loaded)[0], expected)

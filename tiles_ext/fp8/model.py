@@ -8,7 +8,7 @@ Fp8Linear or Transformers' FP8Linear (a model loaded from a fine-grained FP8 che
 """
 from __future__ import annotations
 
-import types
+import functools
 
 import torch
 
@@ -109,13 +109,15 @@ def restore_layers(model, originals: dict) -> None:
 
 def dequantizing_forwards(model, paths) -> list:
     """Gives each Transformers FP8Linear at `paths` a forward that multiplies by its dequantized weight (its own
-    needs a GPU kernel), so that prefill runs on a CPU; returns the modules changed, for undo_forwards."""
+    needs a GPU kernel), so that prefill runs on a CPU; returns the modules changed, for undo_forwards. The forward
+    is a functools.partial of a module-level function, so a pickled or deep-copied model carries it as data (a
+    bound method would pickle as a lookup of an attribute the layer does not have)."""
     changed = []
     for path in paths:
         module = model.get_submodule(path)
         if isinstance(module, Fp8Linear) or "forward" in module.__dict__:
             continue
-        module.__dict__["forward"] = types.MethodType(dequantized_linear, module)
+        module.__dict__["forward"] = functools.partial(dequantized_linear, module)
         changed.append(module)
     return changed
 
