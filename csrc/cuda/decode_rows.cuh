@@ -339,16 +339,13 @@ __device__ void rows_new_kv(const KernelParams& p, const Tile& t, const RowsCtx&
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kvh = t.aux0;
   if (!norm_path) {
-    for (int i = tid; i < rc.rows * HD; i += kThreads) {
-      const int r = i / HD, d = i - r * HD;
-      const int dp = d < half ? d + half : d - half;
-      const uint16_t* knew = reinterpret_cast<const uint16_t*>(row_ptr(p, t.in2_buf, r));
-      const uint16_t* vnew = reinterpret_cast<const uint16_t*>(row_ptr(p, t.in3_buf, r));
-      const float* cs = csr + r * HD;
-      const float x = bf2f(__ldcg(knew + kvh * HD + d)), xp = bf2f(__ldcg(knew + kvh * HD + dp));
-      const float rr = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
-      kn[r * HD + d] = f2bf(rr);
-      vn[r * HD + d] = __ldcg(vnew + kvh * HD + d);
+    // The one-row append itself, into kn / vn at "position" r: the same source expression of the rotation, so that
+    // the compiler's FMA contraction of it is the one the one-row kernels got.
+    const int G = p.h.num_heads / p.h.num_kv_heads;
+    for (int32_t r = 0; r < rc.rows; ++r) {
+      attn_append_new_row(p, reinterpret_cast<const uint16_t*>(row_ptr(p, t.in2_buf, r)),
+                          reinterpret_cast<const uint16_t*>(row_ptr(p, t.in3_buf, r)), kvh, G, HD, csr + r * HD, kn,
+                          vn, nullptr, nullptr, r, 0, false, rc.epoch);
     }
     __syncthreads();
     return;
