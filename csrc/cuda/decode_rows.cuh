@@ -89,54 +89,98 @@ __device__ bool rows_wait_tile(const KernelParams& p, const Tile& t, const RowsC
   return __syncthreads_and(ok) != 0;
 }
 
-// EMBED: every row's embedding row as fp32 (the tokens were checked at the kernel's start).
-__device__ void rows_embed(const KernelParams& p, const Tile& t, const RowsCtx& rc) {
-  for (int32_t r = 0; r < rc.rows; ++r) {
-    const uint16_t* row = p.weights[t.weight] + __ldg(p.input_ids + r) * p.h.hidden;
-    float* out = reinterpret_cast<float*>(row_ptr(p, t.out_buf, r));
-    for (int i = threadIdx.x; i < p.h.hidden; i += kThreads) out[i] = bf2f(__ldg(row + i));
+// EMBED: every row's embedding row as fp32 (the tokens were checked at the kernel's start), all rows' loads of an
+// element in flight together.
+__device__ __noinline__ void rows_embed(const KernelParams& p, const Tile& t, const RowsCtx& rc) {
+  const uint16_t* emb = p.weights[t.weight];
+  float* out = reinterpret_cast<float*>(row_ptr(p, t.out_buf, 0));
+  const int64_t stride = p.h.row_bytes / 4;
+  const uint16_t* row[kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) row[r] = emb + (r < rc.rows ? __ldg(p.input_ids + r) : 0) * p.h.hidden;
+  for (int i = threadIdx.x; i < p.h.hidden; i += kThreads) {
+    uint16_t v[kMaxRows];
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < rc.rows) v[r] = __ldg(row[r] + i);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < rc.rows) out[r * stride + i] = bf2f(v[r]);
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Matvec tiles of R rows
 // ---------------------------------------------------------------------------------------------------------------
-// Each row's RMSNorm scale r = 1 / sqrt(mean(x^2) + eps) into rs[row]: the one-row kernels' sum (per-thread fmaf over
-// x[tid + k kThreads] in k order, then block_sum) and expression, so the same bits.
-__device__ void rows_norm_scales(const KernelParams& p, const Tile& t, int32_t rows, int32_t n, float* red,
+// Each row's RMSNorm scale r = 1 / sqrt(mean(x^2) + eps) into rs[row], with the one-row kernels' order for every
+// row: per-thread fmaf over x[tid + k kThreads] in k order, then block_sum's (warp butterflies, the warps' sums added
+// by one warp in warp order; here warp r adds row r's), and the same expression. All rows' loads in flight together.
+__device__ __noinline__ void rows_norm_scales(const KernelParams& p, const Tile& t, int32_t rows, int32_t n, float* red,
                                  float* rs) {
-  for (int32_t r = 0; r < rows; ++r) {
-    const float* x = reinterpret_cast<const float*>(row_ptr(p, t.in_buf, r));
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const float v = __ldcg(x + i);
-      ss = fmaf(v, v, ss);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* x = reinterpret_cast<const float*>(row_ptr(p, t.in_buf, 0));
+  const int64_t stride = p.h.row_bytes / 4;
+  float ss[kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) ss[r] = 0.f;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    float v[kMaxRows];
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < rows) v[r] = __ldcg(x + r * stride + i);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < rows) ss[r] = fmaf(v[r], v[r], ss[r]);
+  }
+  __syncthreads();  // red may still be read by a previous reduction
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) {
+    if (r < rows) {
+      const float w = warp_sum(ss[r]);
+      if (lane == 0) red[r * kWarps + warp] = w;
     }
-    const float total = block_sum(ss, red);
-    if (threadIdx.x == 0) rs[r] = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
+  }
+  __syncthreads();
+  if (warp < rows) {
+    float total = lane < kWarps ? red[warp * kWarps + lane] : 0.f;
+    total = warp_sum(total);
+    if (lane == 0) rs[warp] = 1.0f / sqrtf(total / static_cast<float>(n) + p.eps);
   }
   __syncthreads();
 }
 
 // Columns [k0, k0 + kn) of every row's input into vec as [rows][kn] bf16: RESID's bf16 input as read, else
-// h = bf16(bf16(x r) w) (the one-row RMSNorm's element expression).
-__device__ void rows_fill_inputs(const KernelParams& p, const Tile& t, int32_t rows, int32_t k0, int32_t kn,
+// h = bf16(bf16(x r) w) (the one-row RMSNorm's element expression). All rows' loads of a column in flight together.
+__device__ __noinline__ void rows_fill_inputs(const KernelParams& p, const Tile& t, int32_t rows, int32_t k0, int32_t kn,
                                  uint16_t* vec, const float* rs) {
   if (t.op == kOpResid) {
     const int32_t cpk = kn / 8;
-    for (int32_t r = 0; r < rows; ++r) {
-      const uint4* src = reinterpret_cast<const uint4*>(row_ptr(p, t.in_buf, r)) + k0 / 8;
-      uint4* dst = reinterpret_cast<uint4*>(vec) + r * cpk;
-      for (int i = threadIdx.x; i < cpk; i += kThreads) dst[i] = __ldcg(src + i);
+    const uint4* src = reinterpret_cast<const uint4*>(row_ptr(p, t.in_buf, 0)) + k0 / 8;
+    const int64_t stride = p.h.row_bytes / 16;
+    uint4* dst = reinterpret_cast<uint4*>(vec);
+    for (int i = threadIdx.x; i < cpk; i += kThreads) {
+      uint4 v[kMaxRows];
+#pragma unroll
+      for (int r = 0; r < kMaxRows; ++r)
+        if (r < rows) v[r] = __ldcg(src + r * stride + i);
+#pragma unroll
+      for (int r = 0; r < kMaxRows; ++r)
+        if (r < rows) dst[r * cpk + i] = v[r];
     }
     return;
   }
   const uint16_t* w = p.weights[t.norm] + k0;
-  for (int32_t r = 0; r < rows; ++r) {
-    const float* x = reinterpret_cast<const float*>(row_ptr(p, t.in_buf, r)) + k0;
-    const float scale = rs[r];
-    uint16_t* dst = vec + r * kn;
-    for (int i = threadIdx.x; i < kn; i += kThreads) dst[i] = f2bf(round_bf(__ldcg(x + i) * scale) * bf2f(__ldg(w + i)));
+  const float* x = reinterpret_cast<const float*>(row_ptr(p, t.in_buf, 0)) + k0;
+  const int64_t stride = p.h.row_bytes / 4;
+  for (int i = threadIdx.x; i < kn; i += kThreads) {
+    const float wv = bf2f(__ldg(w + i));
+    float v[kMaxRows];
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < rows) v[r] = __ldcg(x + r * stride + i);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < rows) vec[r * kn + i] = f2bf(round_bf(v[r] * rs[r]) * wv);
   }
 }
 
@@ -202,7 +246,7 @@ __device__ __forceinline__ MatvecOut rows_out(const KernelParams& p, const Tile&
 // A matvec tile (QKV, RESID, GATEUP, LMHEAD) for all rows. Work items in rounds of kWarps (round j: item warp +
 // j kWarps); within a round the input column blocks in order (staged by the whole block; one block holds all columns
 // where kRowsVecBytes allows, staged once for all rounds). Per row: the one-row warp sums, k-split order and emit.
-__device__ void rows_matvec(const KernelParams& p, const Tile& t, const RowsCtx& rc, uint8_t* smem,
+__device__ __noinline__ void rows_matvec(const KernelParams& p, const Tile& t, const RowsCtx& rc, uint8_t* smem,
                             const SmemLayout& L) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t rows = rc.rows, cols = weight_cols(p, t.weight), nchunks = cols / 8;
@@ -262,7 +306,7 @@ __device__ void rows_matvec(const KernelParams& p, const Tile& t, const RowsCtx&
 
 // The LM-head tile's partial (max, argmax) of every row into its slot aux0 of the row's partials, from the logits
 // rows this block just wrote (read back through L2 after the fence, as the one-row lmhead_partial does).
-__device__ void rows_lmhead_partials(const KernelParams& p, const Tile& t, const RowsCtx& rc, float* red) {
+__device__ __noinline__ void rows_lmhead_partials(const KernelParams& p, const Tile& t, const RowsCtx& rc, float* red) {
   const int tid = threadIdx.x;
   __threadfence();
   for (int32_t r = 0; r < rc.rows; ++r) {
@@ -301,7 +345,7 @@ __device__ void rows_lmhead_partials(const KernelParams& p, const Tile& t, const
 // ARGMAX: every row's token from its LM-head partials (the one-row order), then the pass's end: one step done, the
 // epoch (and on a flagged arena ROWS_PASSES) advanced. Every tile of the pass is an ancestor of this one and every
 // worker read both words at its start, so advancing them here is safe.
-__device__ void rows_argmax(const KernelParams& p, const Tile& t, const RowsCtx& rc) {
+__device__ __noinline__ void rows_argmax(const KernelParams& p, const Tile& t, const RowsCtx& rc) {
   const int tid = threadIdx.x;
   if (tid >= 32) return;
   for (int32_t r = 0; r < rc.rows; ++r) {
@@ -463,7 +507,7 @@ __device__ __forceinline__ void rows_stage_chunk(const uint16_t* kc, const uint1
 // the one-row warp path (attn_warp_chunk, attn_warps_end: the same chunks from lo, the same arithmetic), its K/V
 // stored where this tile owns pos + r, and its partial into the row's partials.
 template <int HD>
-__device__ void rows_attn(const KernelParams& p, const Tile& t, const RowsCtx& rc, uint8_t* smem,
+__device__ __noinline__ void rows_attn(const KernelParams& p, const Tile& t, const RowsCtx& rc, uint8_t* smem,
                           const SmemLayout& L) {
   const int hd = HD, G = p.h.num_heads / p.h.num_kv_heads, P = p.h.attn_partitions;
   const int kvh = t.aux0, part = t.aux1;
@@ -531,7 +575,7 @@ __device__ void rows_attn(const KernelParams& p, const Tile& t, const RowsCtx& r
 }
 
 // MERGE for every row: the one-row merge_tile through the row's view.
-__device__ void rows_merge(const KernelParams& p, const Tile& t, const RowsCtx& rc, uint8_t* smem,
+__device__ __noinline__ void rows_merge(const KernelParams& p, const Tile& t, const RowsCtx& rc, uint8_t* smem,
                            const SmemLayout& L) {
   for (int32_t r = 0; r < rc.rows; ++r) {
     rows_view(p, r);
