@@ -213,8 +213,8 @@ inline SmemLayout smem_layout(const Header& h) {
 }
 
 // The rows kernels' layout (decode_rows.cuh): the one-row layout's plan tables and attention buffers, no weight
-// stage, k-split partials of every row in `red` (then the rows' RMSNorm scales), the RoPE tables of every row in
-// `cs`, the new K/V rows of every row (and the k-norm's staging) in `rsd`, and last `vec`: the inputs of all rows as
+// stage, k-split partials of every row in `red` (then the rows' RMSNorm scales), every row's rotated q in `qf` and
+// RoPE tables in `cs`, the new K/V rows of every row (and the k-norm's staging) in `rsd`, and last `vec`: the inputs of all rows as
 // [rows][block columns] bf16, kRowsVecBytes in all. A pass of R rows stages its inputs in column blocks of
 // kRowsVecBytes / (2 R) columns (rows_matvec): at 8 rows of Llama-8B's 14336-wide down projection input (229 KB)
 // that is 4 blocks of 4096 columns, at 2 rows one block of 14336. 64 KB: the bytes the one-row layout gives its weight
@@ -239,7 +239,7 @@ inline SmemLayout smem_layout_rows(const Header& h) {
   }
   s.prec = o; o += s.tiles_cap * kPlanRecWords * 4;
   s.red = o; o += up16((2 * kWarps + 1) * kMaxRows * 4);
-  s.qf = o; o += up16(G * (hd + 4) * 4);
+  s.qf = o; o += up16(kMaxRows * G * (hd + 4) * 4);
   s.of = o; o += up16(G * hd * 4);
   s.opart = o; o += up16(attn_slot_warps(hd) * G * hd * 4);
   s.ml = o; o += up16(2 * G * 4);

@@ -383,13 +383,17 @@ __device__ void rows_new_kv(const KernelParams& p, const Tile& t, const RowsCtx&
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kvh = t.aux0;
   if (!norm_path) {
-    // The one-row append itself, into kn / vn at "position" r: the same source expression of the rotation, so that
-    // the compiler's FMA contraction of it is the one the one-row kernels got.
-    const int G = p.h.num_heads / p.h.num_kv_heads;
-    for (int32_t r = 0; r < rc.rows; ++r) {
-      attn_append_new_row(p, reinterpret_cast<const uint16_t*>(row_ptr(p, t.in2_buf, r)),
-                          reinterpret_cast<const uint16_t*>(row_ptr(p, t.in3_buf, r)), kvh, G, HD, csr + r * HD, kn,
-                          vn, nullptr, nullptr, r, 0, false, rc.epoch);
+    // attn_append_new_row's arithmetic (attn_rope_pair: the same expression, so the same FMA contraction), every
+    // row at once.
+    for (int i = tid; i < rc.rows * HD; i += kThreads) {
+      const int r = i / HD, d = i - r * HD;
+      const int dp = d < half ? d + half : d - half;
+      const uint16_t* knew = reinterpret_cast<const uint16_t*>(row_ptr(p, t.in2_buf, r)) + kvh * HD;
+      const uint16_t* vnew = reinterpret_cast<const uint16_t*>(row_ptr(p, t.in3_buf, r)) + kvh * HD;
+      const float x = bf2f(__ldcg(knew + d)), xp = bf2f(__ldcg(knew + dp));
+      const uint16_t vr = __ldcg(vnew + d);
+      kn[i] = f2bf(attn_rope_pair(x, xp, d, half, csr + r * HD));
+      vn[i] = vr;
     }
     __syncthreads();
     return;
@@ -433,6 +437,37 @@ __device__ void rows_new_kv(const KernelParams& p, const Tile& t, const RowsCtx&
     kn[i] = f2bf(attn_rope_explicit(bf2f(kx[r * HD + d]), bf2f(kx[r * HD + dp]), d, half, csr + r * HD));
   }
   __syncthreads();
+}
+
+// Every row's q heads of KV head kvh rotated into qf [row][G][HD + 4]: attn_rotate_q's arithmetic (attn_rope_pair),
+// kQBatch elements per thread in flight at once. The warp path's combine writes of and ml, which attn_rotate_q also
+// initialises; nothing reads them before.
+template <int HD>
+__device__ void rows_rotate_q(const KernelParams& p, const Tile& t, const RowsCtx& rc, const float* csr, float* qf) {
+  constexpr int half = HD / 2, kQBatch = 4;
+  const int G = p.h.num_heads / p.h.num_kv_heads, n = rc.rows * G * HD;
+  for (int i0 = threadIdx.x; i0 < n; i0 += kQBatch * kThreads) {
+    float x[kQBatch], xp[kQBatch];
+#pragma unroll
+    for (int k = 0; k < kQBatch; ++k) {
+      const int i = i0 + k * kThreads;
+      if (i < n) {
+        const int r = i / (G * HD), j = i - r * G * HD, d = j % HD;
+        const int dp = d < half ? d + half : d - half;
+        const uint16_t* q = reinterpret_cast<const uint16_t*>(row_ptr(p, t.in_buf, r)) + int64_t(t.aux0) * G * HD;
+        x[k] = bf2f(__ldcg(q + j));
+        xp[k] = bf2f(__ldcg(q + (j - d) + dp));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kQBatch; ++k) {
+      const int i = i0 + k * kThreads;
+      if (i < n) {
+        const int r = i / (G * HD), j = i - r * G * HD, g = j / HD, d = j - g * HD;
+        qf[(r * G + g) * (HD + 4) + d] = attn_rope_pair(x[k], xp[k], d, half, csr + r * HD);
+      }
+    }
+  }
 }
 
 // Row's q heads normed (q norm, where the model has one) and rotated into qf, of zeroed, m = -inf and l = 0:
@@ -481,14 +516,15 @@ __device__ void rows_norm_rotate_q(const KernelParams& p, const Tile& t, const u
   }
 }
 
-// Chunk [c0, c0 + cn)'s K/V rows into (kb, vb): positions below pos0 from the cache, the pass's own from the new rows.
+// Chunk [c0, c0 + cn)'s K/V rows j0 .. cn - 1 into (kb, vb): positions below pos0 from the cache, the pass's own from
+// the new rows.
 template <int HD>
 __device__ __forceinline__ void rows_stage_chunk(const uint16_t* kc, const uint16_t* vc, const uint16_t* kn,
-                                                 const uint16_t* vn, int32_t c0, int32_t cn, int64_t pos0,
+                                                 const uint16_t* vn, int32_t c0, int32_t cn, int32_t j0, int64_t pos0,
                                                  uint16_t* kb, uint16_t* vb) {
   constexpr int cpr = HD / 8, kstride = HD + 8;
-  for (int i = threadIdx.x; i < cn * cpr; i += kThreads) {
-    const int j = i / cpr, c = i - j * cpr;
+  for (int i = threadIdx.x; i < (cn - j0) * cpr; i += kThreads) {
+    const int j = j0 + i / cpr, c = i % cpr;
     const int64_t at = c0 + j;
     uint4 kv, vv;
     if (at < pos0) {
@@ -534,6 +570,10 @@ __device__ __noinline__ void rows_attn(const KernelParams& p, const Tile& t, con
   const int fr = lane >> 2, ft = lane & 3;
   float2* wop = reinterpret_cast<float2*>(opart) + warp * (HD / 8) * 4 * G + lane;
   const uint4* qfrag = reinterpret_cast<const uint4*>(sc + kWarps * 2 * G);
+  if (!norm_path) rows_rotate_q<HD>(p, t, rc, csr, qf);  // published by rows_view's barriers below
+  // The cached positions [st_c0, st_end) in kb / vb: a row whose chunk starts where the staged one does finds them
+  // there (short contexts: every row's one chunk) and stages only the pass's own positions.
+  int32_t st_c0 = -1, st_end = -1;
   for (int32_t r = 0; r < rc.rows; ++r) {
     const int64_t at = rc.pos + r;
     int32_t lo, hi;
@@ -546,15 +586,13 @@ __device__ __noinline__ void rows_attn(const KernelParams& p, const Tile& t, con
       }
     }
     rows_view(p, r);  // attn_store_partial writes row r's partials
-    const uint16_t* q = reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf));
-    const float* cs = csr + r * HD;
+    float* qfr = qf + r * G * (HD + 4);
     if (norm_path) {
-      rows_norm_rotate_q<HD>(p, t, q, cs, qf, of, ml, reinterpret_cast<uint16_t*>(opart));
-    } else {
-      attn_rotate_q(p, q, kvh, G, hd, cs, qf, of, ml, rc.epoch);
+      rows_norm_rotate_q<HD>(p, t, reinterpret_cast<const uint16_t*>(buffer_ptr(p, t.in_buf)), csr + r * HD, qfr, of,
+                             ml, reinterpret_cast<uint16_t*>(opart));
+      __syncthreads();
     }
-    __syncthreads();
-    if (tid < (HD / 16) * 4 * G && lo < hi) attn_q_fragments(qf, sc, G, hd);
+    if (tid < (HD / 16) * 4 * G && lo < hi) attn_q_fragments(qfr, sc, G, hd);
     uint4 qreg[4];
     bool qloaded = false;
     float2 oreg[8];
@@ -563,7 +601,15 @@ __device__ __noinline__ void rows_attn(const KernelParams& p, const Tile& t, con
     float wl = 0.f, wm = -INFINITY;
     for (int c0 = lo; c0 < hi; c0 += L.chunk) {
       const int cn = hi - c0 < L.chunk ? hi - c0 : L.chunk;
-      rows_stage_chunk<HD>(kc, vc, kn, vn, c0, cn, rc.pos, kb, vb);
+      const int32_t cend = c0 + cn < rc.pos ? c0 + cn : static_cast<int32_t>(rc.pos);  // its cached positions' end
+      int32_t j0 = 0;
+      if (c0 == st_c0 && cend <= st_end) {
+        j0 = rc.pos > c0 ? static_cast<int32_t>(rc.pos) - c0 : 0;
+      } else {
+        st_c0 = c0;
+        st_end = cend > c0 ? cend : c0;
+      }
+      rows_stage_chunk<HD>(kc, vc, kn, vn, c0, cn, j0, rc.pos, kb, vb);
       __syncthreads();
       attn_warp_chunk<HD>(c0, cn, lo, G, hd, kstride, scale, kb, vb, qfrag, wop, wm, wl, qreg, qloaded, oreg);
       __syncthreads();
