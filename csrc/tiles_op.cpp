@@ -4,6 +4,8 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include "plan_format.h"
+
 TORCH_LIBRARY(tiles, m) {
   m.def(
       "decode_step(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, Tensor(b!)[] v_cache, "
@@ -37,9 +39,9 @@ PyObject* PyInit__C(void) {
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 1);
   // The CUDA kernels take decode_step's sampler (planner/format.py "Sampling"; integrations/fast_sample.py asks).
   if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_SAMPLER", 1);
-  // The rows one CUDA launch decodes (planner/format.py "Rows"): one until the kernel's tiles take several; verify
-  // passes of R > 1 rows run on the CPU reference executor (tiles_ext/runtime.py TileRuntime.max_rows asks).
-  if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_MAX_ROWS", 1);
+  // The rows one CUDA launch decodes (planner/format.py "Rows"): up to kMaxRows on the rows kernels
+  // (csrc/cuda/decode_rows.cuh), BF16 plans; tiles_ext/runtime.py TileRuntime.max_rows asks.
+  if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_MAX_ROWS", tiles::kMaxRows);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

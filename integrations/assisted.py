@@ -35,8 +35,8 @@ def route_problem(state, config, kw) -> str | None:
         return (f"assisted generation (it crops the main model's cache after every round, and transformers "
                 f"{transformers_version()} cannot crop the StaticCache the tile op decodes into)")
     if state.decoder.runtime.max_rows < 2:
-        return (f"assisted generation on {state.decoder.device} (the CUDA kernel decodes one row per pass yet: "
-                f"verifying a draft needs several)")
+        return (f"assisted generation on {state.decoder.device} with this plan (the CUDA rows kernel serves BF16 "
+                f"plans: verifying a draft needs several rows per pass)")
     return None
 
 

@@ -14,8 +14,8 @@
 - assisted path (the main model of assisted generation: prompt lookup or an assistant model, greedy or sampling):
   Transformers' assisted decoding, each round's draft verified in one pass of the op (assisted.py), on a
   StaticCache this wrapper makes with room for the last round's draft (Transformers' own static sizing, max_length
-  - 1, has none: its prompt lookup drafts beyond max_length). Where the op cannot verify (CUDA: one row per launch yet; a
-  Transformers that cannot crop a StaticCache), the PyTorch path.
+  - 1, has none: its prompt lookup drafts beyond max_length). Where the op cannot verify (an FP8 plan on CUDA, one row per
+  launch there; a Transformers that cannot crop a StaticCache), the PyTorch path.
 - PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
   cache types) runs the unpatched way, with a one-time warning naming the reason.
 The model's generation_config is never modified. The op's bindings to the weights are checked once per call on

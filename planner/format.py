@@ -32,6 +32,9 @@ positions pos .. pos + i from the step's own rows (K_new normalised and rotated 
 the cache stores it, and V_new), never from cache rows at or beyond pos, which may hold a rejected draft's K/V.
 The tile that owns position pos + i under row i's bounds writes row i's K/V there, as a one-row step would. LMHEAD
 writes logits row i, ARGMAX tokens[i] (no EOS stop within a pass); the epoch advances by 1 per pass.
+On a flagged arena (CUDA flag hand-offs, whose one-row kernels advance only ARGMAX's counter) a pass of several
+rows hands off by counters: its waits on every other counter take state[ROWS_PASSES] + 1 as the epoch, it adds 1
+to ROWS_PASSES, and its rows lie 2 * row_bytes into the arena, past the flagged words of row 0.
 
 Ops (buffers named by id into the buffer table; "row r" means output row r of the tile's weight):
   EMBED    x[out_buf][:] = float(weight[token]) where token = input_ids[0] at step 0, else tokens[s-1].
@@ -206,6 +209,9 @@ class StateWord(enum.IntEnum):
     ERROR_SEEN = 6     # counter value observed at the timeout
     ERROR_WANTED = 7   # value that was awaited
     STEPS_DONE = 8     # steps executed by the last launch
+    # Passes of several rows run on a flagged arena (the CUDA rows kernel, which hands off by counters, while the
+    # one-row flag kernels advance only ARGMAX's counter): the epoch of every other counter there. 0 elsewhere.
+    ROWS_PASSES = 9
 
 
 # ERROR_COUNTER of a WAIT_TIMEOUT raised by a poll of flagged input words (the flag hand-off kernels: the value

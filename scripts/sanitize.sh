@@ -7,6 +7,7 @@
 #   phi3-hd96                 the head_dim-96 kernels (chunks of 85 positions), G 1
 #   llama-fp8, qwen2-fp8-block128  the FP8 kernels (E4M3 layers; per-row scales, 128 x 128 block scales with
 #                             partial edge blocks), counter hand-offs
+# and, for the BF16 cases, a verify pass of 4 rows after the steps (the rows kernels, decode_rows.cuh).
 # Prints CLEAN / NOT CLEAN per tool; exit status 0 only when both tools are clean. TILES_WAIT_TIMEOUT_MS defaults to
 # 120000 here (the tools slow the kernel down).
 # Usage: bash scripts/sanitize.sh [--logdir DIR] [--cache N] [--pos P] [--handoffs counters,flags]
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --cases) CASES=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "sanitize: unknown argument: $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -98,6 +99,12 @@ for case in sys.argv[4].split(","):
         torch.cuda.synchronize()
         check_state(rt.state, plan)
         assert torch.isfinite(l4).all() and int(t4[0]) == int(t1[0])
+        if not fp8:  # a verify pass of 4 rows after the steps (the rows kernel; BF16 plans)
+            lr, tr = rt.step(w, k, v, torch.tensor([3, 5, 7, 9], device="cuda"), torch.tensor([p + 4], device="cuda"),
+                             inv.cuda(), scale, 1, [])
+            torch.cuda.synchronize()
+            check_state(rt.state, plan)
+            assert torch.isfinite(lr).all() and lr.shape[0] == 4
         print(f"{case} {handoff}: tokens {t4.tolist()}")
 print("small decode runs ok")
 PYEOF
@@ -106,7 +113,7 @@ status=0
 for tool in memcheck racecheck; do
   log="$LOGDIR/sanitize-$tool.log"
   (cd "$ROOT" && timeout "$TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      --kernel-name kns=decode_kernel "$PY" "$script" "$CACHE" "$POS" "$HANDOFFS" "$CASES") >"$log" 2>&1
+      --kernel-name kns=decode "$PY" "$script" "$CACHE" "$POS" "$HANDOFFS" "$CASES") >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && grep -q "small decode runs ok" "$log"; then
     echo "sanitize $tool: CLEAN ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1))"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The decode kernels' SASS on this machine (no GPU needed): compiles every kernel (decode_kernel_*.cu: counters and
-# flags x the attention's head_dims, each with and without the sampler) for sm_90a with the extension's device flags
+# flags x the attention's head_dims, each with and without the sampler; the FP8 and the rows kernels) for sm_90a with the extension's device flags
 # (-O3 -lineinfo; extra -D flags as arguments), prints ptxas' registers / stack / spills and two md5s of each
 # kernel's SASS: raw (encodings dropped), and normalised (also constant-bank offsets and symbol names, so a change of
 # KernelParams' layout or of a file name leaves it). Writes /tmp/sass_TAG_<kernel>.norm (the normalised listing: diff
@@ -34,7 +34,7 @@ for v in $(ls csrc/cuda/decode_kernel_*.cu | sed -E 's@.*/decode_kernel_(.*)\.cu
   out=/tmp/sass_${tag}_$v
   nvcc -std=c++17 --expt-relaxed-constexpr -lineinfo -O3 -gencode=arch=compute_90a,code=sm_90a -DTILE_WITH_CUDA=1 \
     -I csrc -I csrc/generated "$@" -Xptxas -v -cubin -o "$out.cubin" "csrc/cuda/decode_kernel_$v.cu" 2> "$out.ptxas"
-  grep -A2 "Function properties for _ZN5tiles4cuda13decode_kernel" "$out.ptxas" | grep -E "registers|spill" | head -2 \
+  grep -E -A2 "Function properties for _ZN5tiles4cuda(13decode_kernel|18decode_rows_kernel)" "$out.ptxas" | grep -E "registers|spill" | head -2 \
     | sed "s/^/$tag $v: /"
   cuobjdump -sass "$out.cubin" | normalise > "$out.norm"
   echo "$tag $v SASS md5 $(cuobjdump -sass "$out.cubin" | sed -E 's@/\* 0x[0-9a-f]+ \*/@@' | grep -v '^\s*$' | md5sum \

@@ -122,3 +122,19 @@ def test_flags_run_every_head_dim(cuda_build, heads, kv, hd):
     assert runtime.choose_handoff(h, CUDA) == "flags"
     assert runtime.choose_handoff(h, CUDA, "flags") == "flags"
     assert runtime.choose_handoff(h, CUDA, "counters") == "counters"
+
+
+def test_cuda_runtimes_verify_several_rows_on_bf16_plans(monkeypatch):
+    """TileRuntime.max_rows: on CUDA the build's rows kernels (CUDA_MAX_ROWS, csrc/tiles_op.cpp) for BF16 plans and
+    one row for FP8 plans (the rows kernels read BF16 weights); on the CPU the plan's max_rows."""
+    import dataclasses
+    monkeypatch.setattr(runtime, "_kernel_constants", lambda: {"flags": True, "cuda_max_rows": 8})
+    shape = shape_of(load_config("smollm2-135m"))
+    for weight_format, on_cuda in (("bf16", 8), ("fp8", 1)):
+        plan = build_plan(dataclasses.replace(shape, weight_format=weight_format), workers=13, validate=False)
+        rt = object.__new__(runtime.TileRuntime)  # the property only: no tensors on a device here
+        rt.plan = plan
+        rt.device = CUDA
+        assert rt.max_rows == on_cuda, weight_format
+        rt.device = torch.device("cpu")
+        assert rt.max_rows == plan.header["max_rows"] == 8

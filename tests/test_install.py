@@ -155,9 +155,17 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
     from tiles_ext.families.base import HEAD_DIMS
     from tiles_ext.planner import format as fmt
     variants = [("counters", ""), ("flags", ""), ("counters", "_fp8")]
-    names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")}
+    rows = {p.name for p in CUDA_DIR.glob("decode_kernel_rows_*.cu")}
+    names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")} - rows
     assert names == {f"decode_kernel_{h}_hd{hd}{f}{s}.cu" for h, f in variants for hd in fmt.ATTN_WARPS_HEAD_DIMS
                      for s in ("", "_sampler")}
+    # The rows kernels (a pass of several rows, decode_rows.cuh): one per head_dim, counter hand-offs, BF16.
+    assert rows == {f"decode_kernel_rows_hd{hd}.cu" for hd in fmt.ATTN_WARPS_HEAD_DIMS}
+    for n in rows:
+        hd = re.fullmatch(r"decode_kernel_rows_hd(\d+)\.cu", n).group(1)
+        text = (CUDA_DIR / n).read_text()
+        assert f"#define TILE_HEAD_DIM {hd}\n" in text and "#define TILE_ROWS 1\n" in text, n
+        assert f"#define TILE_VARIANT(name) decode_rows_hd{hd}_##name" in text, n
     assert set(HEAD_DIMS) <= set(fmt.ATTN_WARPS_HEAD_DIMS)
     for n in names:
         handoff, hd, fp8, sampler = re.fullmatch(r"decode_kernel_(counters|flags)_hd(\d+)(_fp8)?(_sampler)?\.cu",
@@ -169,6 +177,9 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
         assert ("#define TILE_SAMPLER 1" in text) == bool(sampler), n
         assert ("#define TILE_FP8 1" in text) == bool(fp8), n
     header = (CUDA_DIR / "decode_kernel.h").read_text()
+    for entry in ("decode_rows_hd##HD##_set_smem_limit(bytes)", "decode_rows_hd##HD##_blocks_per_sm(smem_bytes",
+                  "decode_rows_hd##HD##_launch(p, stream)", "TILE_DECLARE_KERNEL(decode_rows_hd##HD)"):
+        assert entry in header, entry
     for handoff, fp8 in variants:
         for sampler in ("", "_sampler"):
             suffix = fp8 + sampler
@@ -246,7 +257,9 @@ int main() {
   tiles::Header h;
   std::memcpy(&h, w, sizeof h);
   const tiles::cuda::SmemLayout L = tiles::cuda::smem_layout(h);
-  std::printf("%d %d %d %d %d\n", tiles::cuda::kUnroll, L.total, L.stage, L.kbuf2, tiles::cuda::kMaxSmemPerBlock);
+  const tiles::cuda::SmemLayout R = tiles::cuda::smem_layout_rows(h);
+  std::printf("%d %d %d %d %d %d\n", tiles::cuda::kUnroll, L.total, L.stage, L.kbuf2, tiles::cuda::kMaxSmemPerBlock,
+              R.total);
   return 0;
 }
 """
@@ -278,8 +291,9 @@ def test_flag_kernel_shared_memory_fits_the_hosts(tmp_path):
             out = subprocess.run([str(exe)], input=words, capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr
             got[tag] = [int(x) for x in out.stdout.split()]
-        u_host, total_host, stage_host, _, limit = got["host"]
-        u_flags, total_flags, stage_flags, kbuf2_flags, _ = got["flags"]
+        u_host, total_host, stage_host, _, limit, total_rows = got["host"]
+        u_flags, total_flags, stage_flags, kbuf2_flags, _, _ = got["flags"]
+        assert total_rows <= limit, f"{name}: the rows kernel needs {total_rows} B of shared memory, the limit is {limit}"
         assert (u_host, u_flags) == (4, 3), f"{name}: kUnroll host {u_host}, flag kernel {u_flags}"
         assert total_flags <= total_host, f"{name}: the flag kernel needs {total_flags} B, the host gives {total_host}"
         assert total_host <= limit, f"{name}: {total_host} B of shared memory per block, the limit is {limit}"

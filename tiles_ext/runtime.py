@@ -104,9 +104,14 @@ class TileRuntime:
     @property
     def max_rows(self) -> int:
         """The rows one launch decodes here (planner/format.py "Rows"): the plan's max_rows on the CPU executor; on
-        CUDA, what the kernel takes (one row until its tiles take several)."""
+        CUDA what the build's rows kernels take (csrc/cuda/decode_rows.cuh: BF16 plans; an FP8 plan decodes one
+        row per launch there)."""
         rows = self.plan.header["max_rows"]
-        return rows if self.device.type != "cuda" else min(rows, _kernel_constants()["cuda_max_rows"])
+        if self.device.type != "cuda":
+            return rows
+        if self.plan.header.get("weight_dtype", fmt.DType.BF16) == fmt.DType.F8E4M3:
+            return 1
+        return min(rows, _kernel_constants()["cuda_max_rows"])
 
     @property
     def flagged(self) -> bool:

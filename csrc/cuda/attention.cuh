@@ -120,6 +120,12 @@ void attn_combine_warps(const float* sc, const float* opart, int G, int hd, int 
   }
 }
 
+// RoPE of element d (x) with its rotate_half partner (xp), as attn_rotate_q and attn_append_new_row write it (the
+// compiler contracts it; the rows kernels call this same expression, so their rows round as these do).
+__device__ __forceinline__ float attn_rope_pair(float x, float xp, int d, int half, const float* cs) {
+  return d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+}
+
 // q of KV head kvh's G heads rotated into qf (fp32, rows of hd + 4), of zeroed, m = -inf and l = 0.
 __device__ __forceinline__ void attn_rotate_q(const KernelParams& p, const uint16_t* q, int kvh, int G, int hd,
                                               const float* cs, float* qf, float* of, float* ml, uint32_t epoch) {
@@ -138,7 +144,7 @@ __device__ __forceinline__ void attn_rotate_q(const KernelParams& p, const uint1
 #else
     const float x = bf2f(__ldcg(q + qh * hd + d)), xp = bf2f(__ldcg(q + qh * hd + dp));
 #endif
-    qf[g * (hd + 4) + d] = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    qf[g * (hd + 4) + d] = attn_rope_pair(x, xp, d, half, cs);
     of[i] = 0.f;
   }
   if (tid < G) {
@@ -169,7 +175,7 @@ __device__ __forceinline__ void attn_append_new_row(const KernelParams& p, const
     const float x = bf2f(__ldcg(knew + kvh * hd + d)), xp = bf2f(__ldcg(knew + kvh * hd + dp));
     const uint16_t vr = __ldcg(vnew + kvh * hd + d);
 #endif
-    const float r = d < half ? x * cs[d] + (-xp) * cs[half + d] : x * cs[d - half] + xp * cs[half + (d - half)];
+    const float r = attn_rope_pair(x, xp, d, half, cs);
     const uint16_t kr = f2bf(r);
     kc[pos * hd + d] = kr;
     vc[pos * hd + d] = vr;

@@ -123,6 +123,12 @@ struct KernelParams {
   // FP8 plans: for weight w, the index in `weights` of its fp32 scale tensor (the E4M3 layer matrices), else -1.
   // After every other field, so that no BF16 kernel's parameter offsets move.
   int16_t scale_of[kMaxWeights];
+  // A pass of several rows (the rows kernels, decode_rows.cuh; planner/format.py "Rows"): its rows (input_ids,
+  // logits and tokens hold that many), and whether the arena is flagged (the rows then lie 2 * row_bytes into it, and
+  // the counters other than ARGMAX's run on state[ROWS_PASSES]). After every other field, so that no one-row kernel's
+  // parameter offsets move.
+  int32_t rows;
+  int32_t rows_flagged;
 };
 static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
@@ -206,6 +212,50 @@ inline SmemLayout smem_layout(const Header& h) {
   return s;
 }
 
+// The rows kernels' layout (decode_rows.cuh): the one-row layout's plan tables and attention buffers, no weight
+// stage, k-split partials of every row in `red` (then the rows' RMSNorm scales), every row's rotated q in `qf` and
+// RoPE tables in `cs`, the new K/V rows of every row (and the k-norm's staging) in `rsd`, and last `vec`: the inputs of all rows as
+// [rows][block columns] bf16, kRowsVecBytes in all. A pass of R rows stages its inputs in column blocks of
+// kRowsVecBytes / (2 R) columns (rows_matvec): at 8 rows of Llama-8B's 14336-wide down projection input (229 KB)
+// that is 4 blocks of 4096 columns, at 2 rows one block of 14336. 64 KB: the bytes the one-row layout gives its weight
+// stage, which the rows kernels do not have, so that both leave the same L1 beside shared memory.
+constexpr int32_t kRowsVecBytes = 64 * 1024;
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline SmemLayout smem_layout_rows(const Header& h) {
+  auto up16 = [](int32_t x) { return (x + 15) / 16 * 16; };
+  SmemLayout s;
+  const int32_t G = h.num_heads / h.num_kv_heads, hd = h.head_dim;
+  s.chunk = kAttnChunkElems / hd;
+  const int32_t rows = attn_chunk_rows(hd);
+  int32_t o = 0;
+  s.ptab = o; o += up16((h.num_buffers + h.num_weights) * 4);
+  {
+    const int32_t per = (h.num_tiles + h.num_workers - 1) / (h.num_workers > 0 ? h.num_workers : 1);
+    int32_t cap = per + per / 2 + 16;
+    if (cap > 1024) cap = 1024;
+    s.tiles_cap = cap;
+  }
+  s.prec = o; o += s.tiles_cap * kPlanRecWords * 4;
+  s.red = o; o += up16((2 * kWarps + 1) * kMaxRows * 4);
+  s.qf = o; o += up16(kMaxRows * G * (hd + 4) * 4);
+  s.of = o; o += up16(G * hd * 4);
+  s.opart = o; o += up16(attn_slot_warps(hd) * G * hd * 4);
+  s.ml = o; o += up16(2 * G * 4);
+  s.cs = o; o += up16(kMaxRows * hd * 4);
+  s.sc = o; o += up16((kWarps * 2 * G + hd * G) * 4);
+  s.kbuf = o; o += up16(rows * (hd + 8) * 2);
+  s.vbuf = o; o += up16(rows * attn_vstride(hd) * 2);
+  s.msf = o; o += up16(G * h.attn_partitions * 4);
+  s.rsd = o; o += up16(3 * kMaxRows * hd * 2);
+  s.stage = o;
+  s.kbuf2 = s.vbuf2 = -1;
+  s.vec = o; o += kRowsVecBytes;
+  s.total = o;
+  return s;
+}
+
 // The sampler's shared memory (sampler.cuh). An LMHEAD tile uses the weight stage (idle after its matvec): a
 // histogram, a few words, and its processed scores where the rows do not stay in rsd. The ARGMAX tile uses
 // everything after the plan tables ([vec, total): no tile leaves state there for the next): the outcome, then the
@@ -279,6 +329,11 @@ TILE_ATTN_HEAD_DIMS(TILE_CHUNK_FITS)
   TILE_DECLARE_KERNEL(decode_counters_hd##HD##_fp8_sampler)
 TILE_ATTN_HEAD_DIMS(TILE_DECLARE_KERNELS)
 #undef TILE_DECLARE_KERNELS
+// The rows kernels (decode_kernel_rows_hd<head_dim>.cu, decode_rows.cuh): a pass of several rows, counter hand-offs,
+// BF16 plans, no sampler. Kernels of their own, so that the one-row kernels keep their code exactly.
+#define TILE_DECLARE_ROWS_KERNELS(HD) TILE_DECLARE_KERNEL(decode_rows_hd##HD)
+TILE_ATTN_HEAD_DIMS(TILE_DECLARE_ROWS_KERNELS)
+#undef TILE_DECLARE_ROWS_KERNELS
 #undef TILE_DECLARE_KERNEL
 
 // tiles::sample_logits on the GPU (sample_kernel.cu): the sampler's LMHEAD share on lm_tiles even slices of the row
@@ -347,6 +402,44 @@ inline cudaError_t launch_decode(const KernelParams& p, cudaStream_t stream, boo
       return flagged ? decode_flags_hd##HD##_launch(p, stream) : decode_counters_hd##HD##_launch(p, stream);
     TILE_ATTN_HEAD_DIMS(TILE_LAUNCH)
 #undef TILE_LAUNCH
+    default:
+      return cudaErrorInvalidValue;  // the op refuses other head_dims first (decode_step_cuda.cpp)
+  }
+}
+
+// The rows kernels' shared-memory limit, occupancy (the fewest blocks over them) and launch (p.rows rows; the
+// layout's smem_layout_rows(p.h).total must be allowed).
+inline cudaError_t decode_rows_set_smem_limit(int32_t bytes) {
+  cudaError_t e = cudaSuccess;
+#define TILE_SET_ROWS_LIMIT(HD) \
+  if (e == cudaSuccess) e = decode_rows_hd##HD##_set_smem_limit(bytes);
+  TILE_ATTN_HEAD_DIMS(TILE_SET_ROWS_LIMIT)
+#undef TILE_SET_ROWS_LIMIT
+  return e;
+}
+
+inline cudaError_t decode_rows_blocks_per_sm(int32_t smem_bytes, int* blocks) {
+  cudaError_t e = cudaSuccess;
+  int fewest = 1 << 30;
+#define TILE_ROWS_BLOCKS(HD)                                                     \
+  {                                                                              \
+    int n = 0;                                                                   \
+    if (e == cudaSuccess) e = decode_rows_hd##HD##_blocks_per_sm(smem_bytes, &n); \
+    if (n < fewest) fewest = n;                                                  \
+  }
+  TILE_ATTN_HEAD_DIMS(TILE_ROWS_BLOCKS)
+#undef TILE_ROWS_BLOCKS
+  *blocks = e == cudaSuccess ? fewest : 0;
+  return e;
+}
+
+inline cudaError_t launch_decode_rows(const KernelParams& p, cudaStream_t stream) {
+  switch (p.h.head_dim) {
+#define TILE_LAUNCH_ROWS(HD) \
+    case HD:                 \
+      return decode_rows_hd##HD##_launch(p, stream);
+    TILE_ATTN_HEAD_DIMS(TILE_LAUNCH_ROWS)
+#undef TILE_LAUNCH_ROWS
     default:
       return cudaErrorInvalidValue;  // the op refuses other head_dims first (decode_step_cuda.cpp)
   }

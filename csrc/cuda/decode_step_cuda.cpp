@@ -130,20 +130,25 @@ DeviceInfo device_info(int dev) {
 // Shared-memory limit and occupancy, once per (device, size). The limit is only ever raised (a lower setting would
 // break launches of a larger layout seen earlier); the answers are cached so that calls inside a CUDA-graph capture
 // make no attribute or occupancy calls.
-int prepared_blocks_per_sm(int dev, int32_t smem_bytes) {
+// `rows`: the rows kernels' (decode_rows.cuh), else the one-row kernels'.
+int prepared_blocks_per_sm(int dev, int32_t smem_bytes, bool rows) {
   static std::mutex mu;
   static std::unordered_map<int64_t, int> blocks_cache;
   static std::unordered_map<int, int32_t> limit;
   std::lock_guard<std::mutex> lock(mu);
-  if (smem_bytes > limit[dev]) {
-    TILE_CUDA_CHECK(cuda::decode_set_smem_limit(smem_bytes), "raising the kernel's shared-memory limit");
-    limit[dev] = smem_bytes;
+  const int lkey = 2 * dev + (rows ? 1 : 0);
+  if (smem_bytes > limit[lkey]) {
+    TILE_CUDA_CHECK(rows ? cuda::decode_rows_set_smem_limit(smem_bytes) : cuda::decode_set_smem_limit(smem_bytes),
+                    "raising the kernel's shared-memory limit");
+    limit[lkey] = smem_bytes;
   }
-  const int64_t key = (int64_t(dev) << 32) | smem_bytes;
+  const int64_t key = (int64_t(lkey) << 32) | smem_bytes;
   auto it = blocks_cache.find(key);
   if (it != blocks_cache.end()) return it->second;
   int blocks = 0;
-  TILE_CUDA_CHECK(cuda::decode_blocks_per_sm(smem_bytes, &blocks), "the occupancy query");
+  TILE_CUDA_CHECK(rows ? cuda::decode_rows_blocks_per_sm(smem_bytes, &blocks)
+                       : cuda::decode_blocks_per_sm(smem_bytes, &blocks),
+                  "the occupancy query");
   blocks_cache[key] = blocks;
   return blocks;
 }
@@ -201,14 +206,15 @@ bool flagged_arena(const Header& h, const at::Tensor& scratch) {
   return flagged;
 }
 
-// The kernel's shared memory for this plan, checked against the per-block limit and the SM (once per size).
-void prepare_shared_memory(const Header& h, int dev) {
-  const int32_t smem_bytes = cuda::smem_layout(h).total;
+// The kernel's shared memory for this plan, checked against the per-block limit and the SM (once per size). `rows`:
+// the rows kernels' layout (smem_layout_rows).
+void prepare_shared_memory(const Header& h, int dev, bool rows) {
+  const int32_t smem_bytes = rows ? cuda::smem_layout_rows(h).total : cuda::smem_layout(h).total;
   // Checked before the attribute call, whose own failure ("invalid argument") would not say why.
   TORCH_CHECK(smem_bytes <= cuda::kMaxSmemPerBlock, "tiles::decode_step (CUDA): the kernel needs ", smem_bytes,
               " bytes of shared memory per worker block for this model, more than the ", cuda::kMaxSmemPerBlock,
               " it may use (decode_kernel.h smem_layout)");
-  const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes);
+  const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes, rows);
   TORCH_CHECK(blocks_per_sm >= 1, "tiles::decode_step (CUDA): a worker block (", cuda::kThreads, " threads, ",
               smem_bytes, " bytes of shared memory) does not fit on an SM");
 }
@@ -276,6 +282,7 @@ int32_t* checked_sampler(const Header& h, const at::Tensor& sampler, c10::Device
 // The launch on the current stream, and its error report: asynchronous (the error words mirrored to the host, read
 // at the next call) unless the stream is being captured into a CUDA graph (no host work then) or TILES_SYNC_CHECK
 // asks for this call's own error (a host sync).
+// p.rows > 1: the rows kernel.
 void launch_and_report(const cuda::KernelParams& p, bool flagged, const at::Tensor& plan, const Header& h,
                        const at::Tensor& state, int dev) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
@@ -283,7 +290,8 @@ void launch_and_report(const cuda::KernelParams& p, bool flagged, const at::Tens
   TILE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "querying the stream capture status");
   const bool capturing = capture != cudaStreamCaptureStatusNone;
   if (!capturing) check_previous_launch(plan, h, state);
-  TILE_CUDA_CHECK(cuda::launch_decode(p, stream, flagged), "launching the persistent kernel");
+  TILE_CUDA_CHECK(p.rows > 1 ? cuda::launch_decode_rows(p, stream) : cuda::launch_decode(p, stream, flagged),
+                  "launching the persistent kernel");
   if (capturing) return;
   if (env_int("TILES_SYNC_CHECK", 0) != 0) {
     TILE_CUDA_CHECK(cudaStreamSynchronize(stream), "the kernel");
@@ -304,10 +312,13 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(plan.is_cuda(), "tiles::decode_step (CUDA): plan is on ", plan.device(), ", expected a CUDA device");
   check_decode_step_args(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position, rope_inv_freq,
                          num_steps, eos_ids, plan.device());
-  // A verify pass (several rows) runs on the CPU reference executor only until the kernel's tiles take R rows.
-  TORCH_CHECK(pass_rows(input_ids) == 1, "tiles::decode_step (CUDA): ", pass_rows(input_ids), " input ids (a verify "
-              "pass of several rows), but the CUDA kernel decodes one row per pass yet; pass one input id per launch "
-              "(generate() verifies drafts in PyTorch on CUDA), or run the verify pass on the CPU reference executor");
+  // A verify pass (several rows) runs on the rows kernels (decode_rows.cuh): BF16 plans only.
+  const int64_t rows = pass_rows(input_ids);
+  TORCH_CHECK(rows == 1 || h.weight_dtype != kDTypeF8e4m3, "tiles::decode_step (CUDA): ", rows, " input ids (a "
+              "verify pass of several rows) on an FP8 plan; the CUDA rows kernel reads BF16 weights only: pass one "
+              "input id per launch, or verify in BF16");
+  TORCH_CHECK(rows == 1 || !sampler.has_value(), "tiles::decode_step: a pass of ", rows, " rows (a verify pass) "
+              "takes no sampler: it returns every row's logits, to which the caller applies its processors");
   TORCH_CHECK(order_seed == 0, "tiles::decode_step (CUDA): order_seed ", order_seed,
               " is a CPU reference-executor test hook; the CUDA kernel runs the plan's one schedule (pass 0)");
   const c10::cuda::CUDAGuard guard(plan.device());
@@ -317,12 +328,17 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(max_len < (int64_t(1) << 31) / h.head_dim, "tiles::decode_step (CUDA): max_cache_len ", max_len,
               " too large");
   const bool flagged = flagged_arena(h, scratch);
-  prepare_shared_memory(h, dev);
+  prepare_shared_memory(h, dev, rows > 1);
   cuda::KernelParams p = kernel_params(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position,
                                        rope_inv_freq, rope_scale, num_steps, eos_ids, max_len);
   if (sampler.has_value()) p.sampler = checked_sampler(h, *sampler, plan.device());
-  auto logits = at::empty({num_steps, h.vocab}, plan.options().dtype(at::kFloat));
-  auto tokens = at::empty({num_steps}, plan.options().dtype(at::kLong));
+  p.rows = static_cast<int32_t>(rows);
+  p.rows_flagged = rows > 1 && flagged ? 1 : 0;
+  // On a flagged arena the rows kernel's unflagged rows lie past the flagged words of row 0 (the one-row flag
+  // kernels' only ones): max_rows rows from 2 * row_bytes fit in twice max_rows rows.
+  if (p.rows_flagged) p.scratch += 2 * int64_t(h.row_bytes);
+  auto logits = at::empty({num_steps * rows, h.vocab}, plan.options().dtype(at::kFloat));
+  auto tokens = at::empty({num_steps * rows}, plan.options().dtype(at::kLong));
   p.logits = logits.data_ptr<float>();
   p.tokens = tokens.data_ptr<int64_t>();
   launch_and_report(p, flagged, plan, h, state, dev);

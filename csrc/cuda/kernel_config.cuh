@@ -55,3 +55,16 @@ constexpr bool kSampler = true;
 #else
 constexpr bool kSampler = false;
 #endif
+
+// TILE_ROWS (defined 1 by decode_kernel_rows_hd<head_dim>.cu): the rows kernels, a pass of several rows
+// (decode_rows.cuh): counter hand-offs, BF16 plans, no sampler. Kernels of their own, so that the one-row kernels keep
+// their code exactly. g_row_off: the byte offset of the row that buffer_ptr addresses (rows_view), 0 outside the
+// attention and MERGE tiles, which run their rows one after another through the one-row code.
+#if defined(TILE_ROWS) && TILE_ROWS
+#if defined(TILE_FLAG_HANDOFF) || (defined(TILE_FP8) && TILE_FP8) || (defined(TILE_SAMPLER) && TILE_SAMPLER)
+#error "the rows kernels hand off by counters, read BF16 weights and take no sampler (kernel_config.cuh)"
+#endif
+namespace {
+__shared__ int64_t g_row_off;
+}
+#endif

@@ -19,7 +19,11 @@ __device__ __forceinline__ Tile load_tile(const KernelParams& p, int32_t i) {
 // Flag builds: every offset doubled (each element carries its epoch; flag_data.cuh).
 __device__ __forceinline__ uint8_t* buffer_ptr(const KernelParams& p, int32_t b) {
   const int64_t off = reinterpret_cast<const int32_t*>(g_smem)[b];
+#if defined(TILE_ROWS) && TILE_ROWS
+  return p.scratch + off + g_row_off;  // the rows kernels: the row rows_view chose (kernel_config.cuh)
+#else
   return p.scratch + (kFlags ? 2 * off : off);
+#endif
 }
 
 __device__ __forceinline__ int32_t weight_cols(const KernelParams& p, int32_t w) {

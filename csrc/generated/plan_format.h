@@ -55,6 +55,7 @@ constexpr int32_t kStateErrorCounter = 5;
 constexpr int32_t kStateErrorSeen = 6;
 constexpr int32_t kStateErrorWanted = 7;
 constexpr int32_t kStateStepsDone = 8;
+constexpr int32_t kStateRowsPasses = 9;
 
 // ErrorCode
 constexpr int32_t kErrorOk = 0;
