@@ -6,7 +6,9 @@ the last accepted token and the draft in one call, its acceptance rule (greedy m
 the assistant's logits) keeps a prefix, and it crops the cache back to the accepted length. The patched forward
 serves that scoring call with one verify pass of the op (TileDecoder.verify: every row at its position, in passes
 of at most max_rows rows), so the K/V of a rejected draft stays in cache rows beyond the cache length, where no
-later pass attends (planner/format.py "Rows").
+later pass attends (planner/format.py "Rows"). A call that brings no cache gets a CroppableStaticCache
+(cache.py), whose crop moves only the length counter back, on every supported Transformers version; a caller's
+plain StaticCache is used where the installed Transformers can crop it, else the call runs in PyTorch.
 
 The first call of a round may still hold uncached prompt tokens (Transformers prefills the prompt together with
 the first draft): those run in PyTorch, as a plain generate's prefill does, and only the draft rows on the op. So
@@ -17,10 +19,11 @@ one-row steps.
 from __future__ import annotations
 
 import torch
+from transformers import StaticCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tiles_ext.integrations import cache as kv
-from tiles_ext.integrations.version import static_cache_croppable, transformers_version
+from tiles_ext.integrations.version import transformers_version
 
 
 def route_problem(state, config, kw) -> str | None:
@@ -31,13 +34,20 @@ def route_problem(state, config, kw) -> str | None:
         return "an assisted generation mode other than prompt lookup or an assistant model"
     if not any(isinstance(kw.get(k), torch.Tensor) for k in ("inputs", "input_ids")):
         return "assisted generation from inputs_embeds (the tile op verifies token ids)"
-    if not static_cache_croppable():
-        return (f"assisted generation (it crops the main model's cache after every round, and transformers "
-                f"{transformers_version()} cannot crop the StaticCache the tile op decodes into)")
+    cache = kw.get(state.cache_field)
+    if isinstance(cache, StaticCache) and not kv.can_crop(cache):
+        return uncroppable("assisted generation with this StaticCache (generation crops the main model's cache "
+                           "after every round")
     if state.decoder.runtime.max_rows < 2:
         return (f"assisted generation on {state.decoder.device} with this plan (the CUDA rows kernel serves BF16 "
                 f"plans: verifying a draft needs several rows per pass)")
     return None
+
+
+def uncroppable(what: str) -> str:
+    """The fallback reason for a caller's StaticCache that this Transformers cannot crop."""
+    return (f"{what}, and transformers {transformers_version()} cannot crop a plain StaticCache; a call without a "
+            f"cache gets a croppable one)")
 
 
 def is_verify_call(state, input_ids, cache) -> bool:

@@ -4,6 +4,10 @@ The op writes the new token's K/V in place into cache.layers[i].keys / .values (
 the very tensors PyTorch prefill filled), and the decode position is the cache's own length counter
 (StaticLayer.cumulative_length, a 0-dim device tensor). After each launch every layer's counter is advanced in
 place on the device, as StaticLayer.update would have done, so PyTorch and the op can take turns on one cache.
+
+Assisted generation crops the cache after every round. The caches the tile path makes for it are
+CroppableStaticCache: a StaticCache whose layers roll back by their length counter alone, on every supported
+Transformers version (5.17's StaticLayer has no crop, and its assisted decoding refuses a plain StaticCache).
 """
 from __future__ import annotations
 
@@ -11,6 +15,41 @@ import torch
 from transformers.cache_utils import StaticCache, StaticLayer
 
 from tiles_ext.integrations.errors import CacheFullError
+
+
+class CroppableStaticLayer(StaticLayer):
+    """A StaticLayer whose crop moves only its length counter back: K/V rows beyond the new length stay in memory,
+    where neither the op nor PyTorch attends (a position attends to positions up to its own), until the next
+    tokens overwrite them."""
+
+    is_croppable = True
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Negative: remove that many tokens (no device read); positive: keep that many, the older absolute
+        convention. In place: the counter's address is static (CUDA graphs, the op's position view)."""
+        if tokens_to_remove > 0:
+            tokens_to_remove = min(tokens_to_remove - int(self.get_seq_length()), 0)
+        self.cumulative_length.sub_(-tokens_to_remove)
+
+
+class CroppableStaticCache(StaticCache):
+    """A StaticCache of CroppableStaticLayer layers: what the tile path allocates for assisted generation (the
+    main model's verify passes, an assistant's drafts)."""
+
+    def __init__(self, config, max_cache_len: int, **kwargs):
+        super().__init__(config=config, max_cache_len=max_cache_len, **kwargs)
+        self.layers = [CroppableStaticLayer(max_cache_len=layer.max_cache_len) if type(layer) is StaticLayer
+                       else layer for layer in self.layers]
+
+
+def _layer_class_crops(cls) -> bool:
+    return callable(getattr(cls, "crop", None)) and bool(getattr(cls, "is_croppable", True))
+
+
+def can_crop(cache) -> bool:
+    """Whether every layer of this StaticCache rolls back by crop (StaticLayer does from some Transformers versions
+    on; CroppableStaticLayer always)."""
+    return all(_layer_class_crops(type(layer)) for layer in cache.layers)
 
 
 def cache_type_problem(cache, num_layers: int) -> str | None:
@@ -21,9 +60,9 @@ def cache_type_problem(cache, num_layers: int) -> str | None:
     if getattr(cache, "offloading", False):
         return "an offloaded StaticCache (the tile op needs the cache on the model's device)"
     layers = cache.layers
-    if len(layers) != num_layers or any(type(layer) is not StaticLayer for layer in layers):
+    if len(layers) != num_layers or any(type(layer) not in (StaticLayer, CroppableStaticLayer) for layer in layers):
         return (f"a StaticCache with {len(layers)} layers of types {sorted({type(l).__name__ for l in layers})} "
-                f"(the tile op needs {num_layers} plain StaticLayer layers)")
+                f"(the tile op needs {num_layers} plain StaticLayer or CroppableStaticLayer layers)")
     return None
 
 
@@ -121,19 +160,21 @@ def grows(cache) -> bool:
 
 
 def grown(cache, config, positions: int):
-    """`cache` if it has room for `positions` positions, else a StaticCache of at least twice its size holding the
-    same contents and length, marked to grow again (an unallocated one is replaced by an empty one)."""
+    """`cache` if it has room for `positions` positions, else a cache of its class (StaticCache or
+    CroppableStaticCache) of at least twice its size holding the same contents and length, marked to grow again
+    (an unallocated one is replaced by an empty one)."""
     if cache_type_problem(cache, len(cache.layers)) is not None:
         return cache
+    kind = CroppableStaticCache if isinstance(cache, CroppableStaticCache) else StaticCache
     if not is_initialized(cache):
         if cache.layers[0].max_cache_len >= positions:
             return cache
-        bigger = StaticCache(config=config, max_cache_len=positions)
+        bigger = kind(config=config, max_cache_len=positions)
         mark_grows(bigger)
         return bigger
     if capacity(cache) >= positions:
         return cache
-    bigger = StaticCache(config=config, max_cache_len=max(positions, 2 * capacity(cache)))
+    bigger = kind(config=config, max_cache_len=max(positions, 2 * capacity(cache)))
     for old, new in zip(cache.layers, bigger.layers):
         new.lazy_initialization(old.keys, old.values)
         new.keys[:, :, :old.keys.shape[2]].copy_(old.keys)

@@ -8,14 +8,14 @@
 - fast path (multi_token): greedy and sampling calls additionally hand generate a decoding loop that runs up to 64
   tokens per launch (fast_sample.FastSample: the processors it can apply run in the op; plain greedy is
   fast_greedy.FastGreedy).
-- assistant of assisted generation: the tile path where the installed Transformers can crop a StaticCache
-  (generation rolls the assistant's cache back after every round), the PyTorch path with a one-time warning where
-  it cannot.
+- assistant of assisted generation: the tile path, on a CroppableStaticCache this wrapper makes (generation rolls
+  the assistant's cache back after every round; cache.py); the PyTorch path with a one-time warning where it was
+  handed a StaticCache the installed Transformers cannot crop.
 - assisted path (the main model of assisted generation: prompt lookup or an assistant model, greedy or sampling):
   Transformers' assisted decoding, each round's draft verified in one pass of the op (assisted.py), on a
-  StaticCache this wrapper makes with room for the last round's draft (Transformers' own static sizing, max_length
-  - 1, has none: its prompt lookup drafts beyond max_length). Where the op cannot verify (an FP8 plan on CUDA, one row per
-  launch there; a Transformers that cannot crop a StaticCache), the PyTorch path.
+  CroppableStaticCache this wrapper makes with room for the last round's draft (Transformers' own static sizing,
+  max_length - 1, has none: its prompt lookup drafts beyond max_length). Where the op cannot verify (an FP8 plan on
+  CUDA, one row per launch there; a caller's StaticCache the installed Transformers cannot crop), the PyTorch path.
 - PyTorch path: what the op cannot serve (batch > 1, beams, assisted decoding, extra outputs, padding, other
   cache types) runs the unpatched way, with a one-time warning naming the reason.
 The model's generation_config is never modified. The op's bindings to the weights are checked once per call on
@@ -35,7 +35,6 @@ from tiles_ext.integrations import assisted
 from tiles_ext.integrations import cache as kv
 from tiles_ext.integrations.causal_lm import with_self
 from tiles_ext.integrations.fast_sample import FastSample
-from tiles_ext.integrations.version import static_cache_croppable, transformers_version
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
 
@@ -81,8 +80,8 @@ def patched_generate(model, args, kwargs):
     if route == "fast":
         kw["custom_generate"] = FastSample(state, kw.get("streamer"))
     made = False
-    if route == "assisted" and passed_cache is None:
-        made = _give_assisted_cache(model, state, kw)
+    if passed_cache is None and (route == "assisted" or _is_assistant(model, kw)):
+        made = _give_croppable_cache(model, state, kw)
     elif passed_cache is None and kw.get("cache_implementation") is None:
         passed = kw.get("generation_config")
         if passed is None:
@@ -123,10 +122,11 @@ def _hand_over(model, state, out, made: bool, continued: bool):
     return out
 
 
-def _give_assisted_cache(model, state, kw) -> bool:
-    """A StaticCache for an assisted call that brought none, with room for a verify pass at the end: an assistant's
-    drafts stop at max_length, prompt lookup's run up to prompt_lookup_num_tokens beyond it (Transformers keeps the
-    tokens within max_length afterwards). The call's own static request is dropped in its favour."""
+def _give_croppable_cache(model, state, kw) -> bool:
+    """A CroppableStaticCache for an assisted call (or an assistant's drafting call) that brought none, with room
+    for a verify pass at the end: an assistant's drafts stop at max_length, prompt lookup's run up to
+    prompt_lookup_num_tokens beyond it (Transformers keeps the tokens within max_length afterwards). The call's own
+    static request is dropped in its favour."""
     kw.pop("cache_implementation", None)
     passed = kw.get("generation_config")
     if passed is not None and passed.cache_implementation is not None:
@@ -134,8 +134,14 @@ def _give_assisted_cache(model, state, kw) -> bool:
         passed.cache_implementation = None
         kw["generation_config"] = passed
     draft = _merged_config(model, kw).prompt_lookup_num_tokens or 0
-    kw[state.cache_field] = StaticCache(config=model.config, max_cache_len=_positions_needed(model, kw) + draft)
+    kw[state.cache_field] = kv.CroppableStaticCache(config=model.config,
+                                                    max_cache_len=_positions_needed(model, kw) + draft)
     return True
+
+
+def _is_assistant(model, kw) -> bool:
+    """A drafting call of assisted generation (Transformers marks the assistant's generation config)."""
+    return bool(getattr(_merged_config(model, kw), "is_assistant", False))
 
 
 def _prompt_length(kw) -> int:
@@ -170,10 +176,10 @@ def choose_route(model, state, kw) -> tuple[str, str]:
         mode = config.get_generation_mode(kw.get("assistant_model"))
     except Exception:  # an invalid combination: generate itself raises the proper error
         return "torch", "a generation config the tile path does not recognise"
-    if getattr(config, "is_assistant", False) and not static_cache_croppable():
-        return "torch", (f"this model as the assistant of assisted generation (generation crops the assistant's "
-                         f"cache after every round, and transformers {transformers_version()} cannot crop the "
-                         f"StaticCache the tile op decodes into)")
+    passed = kw.get(state.cache_field)
+    if getattr(config, "is_assistant", False) and isinstance(passed, StaticCache) and not kv.can_crop(passed):
+        return "torch", assisted.uncroppable("this model as the assistant of assisted generation with this "
+                                             "StaticCache (generation crops the assistant's cache after every round")
     is_assisted = mode == GenerationMode.ASSISTED_GENERATION
     if is_assisted:
         problem = assisted.route_problem(state, config, kw)

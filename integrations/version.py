@@ -52,10 +52,3 @@ def cache_field() -> str:
 def transformers_version() -> str:
     import transformers
     return transformers.__version__
-
-
-def static_cache_croppable() -> bool:
-    """Whether a StaticCache can be cropped (StaticLayer.crop), as assisted generation does to its assistant's
-    cache after every round."""
-    from transformers.cache_utils import StaticLayer
-    return callable(getattr(StaticLayer, "crop", None)) and bool(getattr(StaticLayer, "is_croppable", True))
