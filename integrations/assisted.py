@@ -23,7 +23,7 @@ from transformers import StaticCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tiles_ext.integrations import cache as kv
-from tiles_ext.integrations.version import transformers_version
+from tiles_ext.integrations.version import assisted_takes_static_cache, transformers_version
 
 
 def route_problem(state, config, kw) -> str | None:
@@ -34,6 +34,9 @@ def route_problem(state, config, kw) -> str | None:
         return "an assisted generation mode other than prompt lookup or an assistant model"
     if not any(isinstance(kw.get(k), torch.Tensor) for k in ("inputs", "input_ids")):
         return "assisted generation from inputs_embeds (the tile op verifies token ids)"
+    if not assisted_takes_static_cache():
+        return (f"assisted generation (transformers {transformers_version()}'s assisted decoding refuses every "
+                f"StaticCache, the cache the tile op decodes into; 5.5 and later accept it)")
     cache = kw.get(state.cache_field)
     if isinstance(cache, StaticCache) and not kv.can_crop(cache):
         return uncroppable("assisted generation with this StaticCache (generation crops the main model's cache "

@@ -37,6 +37,10 @@ from tiles_ext.integrations.causal_lm import with_self
 from tiles_ext.integrations.fast_sample import FastSample
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
+# Cache requests a call without a cache may carry. An assistant's first drafting call carries "dynamic_full" on
+# Transformers 5.4 to 5.1x (a cache that crops and never slides), which the CroppableStaticCache it gets here is.
+CACHE_REQUESTS = (None, "static")
+ASSISTANT_CACHE_REQUESTS = (None, "static", "dynamic_full")
 
 
 def make_generate(signature: inspect.Signature):
@@ -209,7 +213,8 @@ def choose_route(model, state, kw) -> tuple[str, str]:
         if problem:
             return "torch", problem
         return ("assisted" if is_assisted else "tile"), ""
-    if config.cache_implementation not in (None, "static"):
+    requests = ASSISTANT_CACHE_REQUESTS if getattr(config, "is_assistant", False) else CACHE_REQUESTS
+    if config.cache_implementation not in requests:
         return "torch", f"cache_implementation={config.cache_implementation!r} (the tile op decodes into a StaticCache)"
     if is_assisted:
         return "assisted", ""

@@ -52,3 +52,10 @@ def cache_field() -> str:
 def transformers_version() -> str:
     import transformers
     return transformers.__version__
+
+
+def assisted_takes_static_cache() -> bool:
+    """Whether Transformers' assisted decoding accepts a StaticCache subclass as the main model's cache (the tile
+    op's CroppableStaticCache): 5.4 refuses every cache with a compileable layer, and a StaticLayer is one; from 5.5
+    on it refuses only a plain StaticCache (type(cache) is StaticCache)."""
+    return parse_version(transformers_version())[:2] >= (5, 5)
