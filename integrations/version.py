@@ -3,7 +3,8 @@
 Minimum 5.4: from 5.4 on, StaticLayer.cumulative_length (a device tensor) is the cache's write position and
 Llama no longer takes cache_position; the decode path reads and advances that counter. 5.0-5.3 took the write
 position from cache_position instead and are refused rather than half supported. Tested: 5.4 (the minimum), 5.17
-(the GPU machine's), 5.24 and 5.25.
+(the GPU machine's), 5.24 and 5.25; assisted generation (tests/test_integration_assisted.py) on the CPU op with
+5.4, 5.7, 5.17 and 5.25.
 """
 from __future__ import annotations
 
