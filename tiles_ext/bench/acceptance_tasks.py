@@ -64,8 +64,8 @@ TASKS = (
          "Rewrite the following paragraph in the passive voice. Keep every sentence and fix any grammar "
          "mistakes.\n\n" + PASSAGE),
     Task("code-edit", "copy-heavy: edit a given 30-line Python function (rename a variable, add type hints)",
-         "Rename the variable x to lines in this Python function and add type hints. Return the whole "
-         "function.\n\n```python\n" + FUNCTION + "```"),
+         "Add type hints to this Python function and rename the variable x to lines. Reply with the complete "
+         "edited function only, every line of it.\n\n```python\n" + FUNCTION + "```"),
     Task("chat", "free-form: answer a question with nothing to copy from the prompt",
          "Why do leaves change colour in autumn? Explain it to a ten-year-old in a few paragraphs."),
 )
