@@ -195,3 +195,22 @@ def test_the_bench_opens_a_window_its_sequences_fit_and_keeps_one_they_outgrow()
     assert fits.config.sliding_window is None and "sliding_window 200 set to None" in note and "150" in note
     tiles_ext.unpatch(tiles_ext.patch(fits, plan_cache_dir=False))
     assert open_window(fits, 150) is None  # nothing left to open
+
+
+@pytest.mark.slow
+def test_quick_speculative_run_end_to_end(tmp_path):
+    """--quick --speculative on the CPU executor: the child's verify passes of the real SmolLM2, the derived rows
+    from the shipped acceptance, JSON and markdown (~15 s)."""
+    p = subprocess.run([sys.executable, "-m", "tiles_ext.bench", "--quick", "--speculative", "--prompts", "16",
+                        "--reps", "1", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (jp,) = tmp_path.glob("bench-*.json")
+    result = json.loads(jp.read_text())
+    assert result["rows"] == [] and [r["rows"] for r in result["verify_passes"]] == list(range(1, 9))
+    assert all(r["status"] == "ok" and r["bits_equal_one_row_passes"] for r in result["verify_passes"])
+    lookup = result["speculative"]["lookup"]
+    assert len(lookup) == len(TASKS) * 4 and all(r["status"] == "ok" for r in lookup)
+    assert sum(r["best_k"] for r in lookup) == len(TASKS)
+    md = next(tmp_path.glob("bench-*.md")).read_text()
+    assert "Verify passes (measured)" in md and speculative.DERIVATION in md

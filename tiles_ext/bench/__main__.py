@@ -269,7 +269,7 @@ def tiles_child(spec_path: str) -> int:
                 for p in pts:
                     emit("sweep", p)
         if VERIFY in systems:
-            verify_child(model, model_name, spec, device, lambda rec: emit("verify", rec))
+            verify_child(model, model_name, spec, device, lambda rec: emit("verify", dict(rec, weights=used)))
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()

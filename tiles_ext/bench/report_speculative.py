@@ -16,7 +16,7 @@ def pass_table(records: list[dict]) -> list[str]:
     """One line per model and prompt, one column per R: median ms per pass (ratio to the one-row pass)."""
     rows = sorted({r["rows"] for r in records})
     lines = ["Verify passes (measured): ms per pass of R rows on the op, median (ratio to the one-row pass); "
-             "random BF16 weights, back-to-back launches at one position:", "",
+             "BF16 weights (random unless marked real), back-to-back launches at one position:", "",
              "| model, prompt | " + " | ".join(f"R={r}" for r in rows) + " | bits = one-row passes |",
              "|" + "---|" * (len(rows) + 2)]
     for model, prompt in sorted({(r["model"], r["prompt_len"]) for r in records}):
@@ -28,7 +28,8 @@ def pass_table(records: list[dict]) -> list[str]:
             cells.append(f"{r['ms_per_pass']['median']:.3f} ({r['ratio_to_one_row']:.2f}x)" if ok else
                          (r["status"] if r else "-"))
         bits = [n for n, r in mine.items() if r["status"] == "ok" and not r.get("bits_equal_one_row_passes")]
-        lines.append(f"| {_label(model)}, prompt {prompt} | " + " | ".join(cells) + " | "
+        real = " (real weights)" if any(r.get("weights") == "real" for r in mine.values()) else ""
+        lines.append(f"| {_label(model)}{real}, prompt {prompt} | " + " | ".join(cells) + " | "
                      + ("yes" if not bits else "DIFFER at R=" + ",".join(map(str, bits))) + " |")
     return lines + [""]
 
