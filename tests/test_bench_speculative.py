@@ -121,6 +121,7 @@ def test_derive_pairs_the_draft_and_target_by_prompt_and_the_markdown_labels_the
     assert "Verify passes (measured)" in md and "| Llama-3.1-8B, prompt 4096 |" in md
     assert "derived: measured R-row pass time x CPU-measured acceptance" in md
     assert "Assisted generation, Llama-3.2-1B-shaped draft for a Llama-3.1-8B-shaped target" in md
+    assert "Best k per task" in md and "| Llama-3.1-8B, prompt 32 | rewrite | 3 |" in md
 
 
 # --------------------------------------------------------------------------- verify passes and settings

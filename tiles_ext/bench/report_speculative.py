@@ -52,6 +52,20 @@ def lookup_table(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def best_table(rows: list[dict]) -> list[str]:
+    """Per model, prompt and task: the best k against plain greedy, and whether prompt lookup pays there at all."""
+    best = [r for r in rows if r.get("best_k")]
+    if not best:
+        return []
+    lines = ["Best k per task (derived, every pass billed as full):", "",
+             "| model, prompt | task | best k | ms/token | plain greedy ms/token | speed-up | |", "|---|---|---|---|---|---|---|"]
+    for r in best:
+        verdict = "prompt lookup pays" if r["speedup"] > 1 else "plain greedy is faster"
+        lines.append(f"| {_label(r['model'])}, prompt {r['prompt_len']} | {r['task']} | {r['k']} | "
+                     f"{r['ms_per_token']:.3f} | {r['plain_ms_per_token']:.3f} | {r['speedup']:.2f}x | {verdict} |")
+    return lines + [""]
+
+
 def assisted_table(rows: list[dict]) -> list[str]:
     if not rows:
         return []
@@ -85,5 +99,5 @@ def markdown_lines(result: dict) -> list[str]:
         lines += [f"Acceptance from {acc['path']} ({acc['model']}, {acc['executor']} executor, commit {acc['commit']}).",
                   ""]
     if spec.get("lookup"):
-        lines += lookup_table(spec["lookup"])
+        lines += best_table(spec["lookup"]) + lookup_table(spec["lookup"])
     return lines + assisted_table(spec.get("assisted") or [])
