@@ -520,11 +520,18 @@ def speculative_results(s, verify: list, why: dict, stopped: str | None) -> dict
                                    "reason": stopped or why.get(m) or "not run"})
     try:
         acc = load_acceptance(Path(s["acceptance"]))
-        info = {"path": s["acceptance"], **{k: acc["meta"].get(k) for k in ("model", "executor", "commit", "date")}}
+        info = {"path": _shown(s["acceptance"]),
+                **{k: acc["meta"].get(k) for k in ("model", "executor", "commit", "date")}}
     except (OSError, ValueError) as e:
-        acc, info = None, {"path": s["acceptance"], "problem": str(e)}
+        acc, info = None, {"path": _shown(s["acceptance"]), "problem": str(e)}
         log(f"prompt-lookup rows not derived: {e}")
     return {"verify_passes": verify, "speculative": {**derive(verify, acc), "acceptance": info}}
+
+
+def _shown(path: str) -> str:
+    """A path as the results name it: relative to the repository where it lies inside (the same on every machine)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
 
 
 def from_json(a) -> int:
