@@ -215,3 +215,10 @@ def test_quick_speculative_run_end_to_end(tmp_path):
     assert sum(r["best_k"] for r in lookup) == len(TASKS)
     md = next(tmp_path.glob("bench-*.md")).read_text()
     assert "Verify passes (measured)" in md and speculative.DERIVATION in md
+    readme = tmp_path / "README.md"
+    readme.write_text("# R\n\n## Results\n\nold\n")
+    p = subprocess.run([sys.executable, "-m", "tiles_ext.bench", "--from-json", str(jp), "--out", str(tmp_path / "re"),
+                        "--readme", str(readme)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "left as it is" in p.stdout, p.stdout + p.stderr
+    assert readme.read_text() == "# R\n\n## Results\n\nold\n"  # a verify-pass run has no results block to show
+    assert "Verify passes (measured)" in next((tmp_path / "re").glob("bench-*.md")).read_text()

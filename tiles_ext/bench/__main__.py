@@ -547,7 +547,9 @@ def from_json(a) -> int:
     figs = figures.write_all(result, out_dir, report.base_name(result["meta"]))
     paths = report.write(result, out_dir, figs)
     log(f"wrote {paths['json']}, {paths['markdown']}, " + ", ".join(str(p) for p in figs.values()))
-    if not a.no_readme and report.update_readme(a.readme, result, figs, paths["markdown"]):
+    if not a.no_readme and not result["rows"]:
+        log("no per-workload rows (a verify-pass run): README.md's results block left as it is")
+    elif not a.no_readme and report.update_readme(a.readme, result, figs, paths["markdown"]):
         log(f"updated the results block of {a.readme}")
     return 0
 
