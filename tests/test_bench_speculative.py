@@ -192,9 +192,13 @@ def test_the_bench_opens_a_window_its_sequences_fit_and_keeps_one_they_outgrow()
     with pytest.raises(UnsupportedConfig, match="sliding_window 200"):
         tiles_ext.patch(outgrown, plan_cache_dir=False)
     fits = random_model(config, seed=0)
+    ids = torch.randint(3, 500, (1, 40), generator=torch.Generator().manual_seed(0))
+    windowed = fits.generate(ids, max_new_tokens=6, do_sample=False)
     note = open_window(fits, 150)
     assert fits.config.sliding_window is None and "sliding_window 200 set to None" in note and "150" in note
-    tiles_ext.unpatch(tiles_ext.patch(fits, plan_cache_dir=False))
+    patched = tiles_ext.patch(fits, plan_cache_dir=False)
+    assert torch.equal(patched.generate(ids, max_new_tokens=6, do_sample=False), windowed)  # within the window
+    tiles_ext.unpatch(patched)
     assert open_window(fits, 150) is None  # nothing left to open
 
 
