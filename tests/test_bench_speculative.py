@@ -226,3 +226,18 @@ def test_quick_speculative_run_end_to_end(tmp_path):
     assert p.returncode == 0 and "left as it is" in p.stdout, p.stdout + p.stderr
     assert readme.read_text() == "# R\n\n## Results\n\nold\n"  # a verify-pass run has no results block to show
     assert "Verify passes (measured)" in next((tmp_path / "re").glob("bench-*.md")).read_text()
+
+
+def test_the_window_opens_for_the_workloads_that_fit_and_the_others_say_why():
+    from transformers import Phi3Config
+    from tiles_ext.bench.workloads import Workload, open_window_for
+    from tiles_ext.models import random_model
+    config = Phi3Config(hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1,
+                        num_hidden_layers=2, vocab_size=512, max_position_embeddings=512, sliding_window=200,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = random_model(config, seed=0)
+    short, mid, long_ = (Workload("phi-3-mini-4k", p, 16) for p in (32, 150, 256))
+    note, outgrown = open_window_for(model, [short, mid, long_])
+    assert model.config.sliding_window is None and "167 positions" in note
+    assert list(outgrown) == [long_.name] and "273 positions" in outgrown[long_.name]
+    assert open_window_for(random_model(config, seed=0), [long_]) == (None, {})

@@ -200,32 +200,39 @@ def log(msg: str):
 
 def tiles_child(spec_path: str) -> int:
     from . import tiles_rows as T
-    from .workloads import build_model, make_prompt, open_window
+    from .workloads import build_model, make_prompt, open_window_for
     spec = json.loads(Path(spec_path).read_text())
     device = torch.device(spec["device"])
     out = open(spec["out"], "a")
     bw = spec["bandwidth"]
     systems = spec["systems"]
 
-    window_note = None
+    window_note, outgrown = None, {}
 
     def emit(kind, obj):
-        if kind == "row" and window_note:
+        if kind == "row" and window_note and obj["workload"] not in outgrown:
             obj["notes"].append(window_note)
         out.write(json.dumps({"kind": kind, **obj}, default=str) + "\n")
         out.flush()
 
+    def within_window(rows_):
+        """The (system, workload, row) items whose workloads fit the opened window; the others' rows skipped."""
+        for _, w, r in rows_:
+            if w.name in outgrown:
+                emit("row", R.skip(r, outgrown[w.name]))
+        return [x for x in rows_ if x[1].name not in outgrown]
+
     for model_name in spec["models"]:
         model, tok, used = build_model(model_name, device, spec["weights"])
-        window_note = open_window(model, max(spec["prompts"]) + spec["new_tokens"] + 1)
-        if window_note:
-            log(f"{model_name}: {window_note}")
         wls = [Workload(model_name, p, spec["new_tokens"], used) for p in spec["prompts"]]
+        window_note, outgrown = open_window_for(model, wls)
+        if window_note:
+            log(f"{model_name}: {window_note}" + (f"; skipped: {', '.join(outgrown)}" if outgrown else ""))
         floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
         gen = [sy for sy in ("tiles-generate", "tiles-generate-sample") if sy in systems]
         if gen:
             prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
-            rows_ = [(sy, w, R.new_row(sy, w)) for sy in gen for w in wls]
+            rows_ = within_window([(sy, w, R.new_row(sy, w)) for sy in gen for w in wls])
             try:
                 model, patch_s = T.patch(model)
             except Exception as e:
@@ -243,8 +250,9 @@ def tiles_child(spec_path: str) -> int:
         if fp8:
             fp8_floors = {w.name: floor_info(w, bw, "fp8")["floor_ms"] for w in wls}
             prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
-            model = T.fp8_rows([(sy, w, R.new_row(sy, w)) for sy in fp8 for w in wls], model, fp8_floors, prompts,
-                               spec["reps"], device, spec["warmup"], spec["cpu_workers"], lambda r: emit("row", r))
+            model = T.fp8_rows(within_window([(sy, w, R.new_row(sy, w)) for sy in fp8 for w in wls]), model,
+                               fp8_floors, prompts, spec["reps"], device, spec["warmup"], spec["cpu_workers"],
+                               lambda r: emit("row", r))
         if "tiles-op-multi" in systems or "tiles-op-single" in systems:
             for w in wls:
                 r1, rn = R.new_row("tiles-op-single", w), R.new_row("tiles-op-multi", w)

@@ -133,6 +133,24 @@ def open_window(model, longest: int) -> str | None:
             f"exceeds {longest} positions, so the window changes nothing")
 
 
+def sequence_positions(w: Workload) -> int:
+    """The cache positions a workload's sequence takes: its prompt, its new tokens and one spare (the op rows' cache)."""
+    return w.prompt_len + w.new_tokens + 1
+
+
+def open_window_for(model, workloads: list[Workload]) -> tuple[str | None, dict[str, str]]:
+    """open_window where some workload fits the window: (the note of the rows of the workloads that fit,
+    {workload name: why its patched rows are skipped} for those that outgrow it, which patch would refuse)."""
+    window = families.family_for(families.model_type_of(model.config)).sliding_window(model.config)
+    fit = [sequence_positions(w) for w in workloads if window is None or sequence_positions(w) <= window]
+    note = open_window(model, max(fit)) if fit else None
+    if note is None:
+        return None, {}
+    return note, {w.name: (f"its sequence ({sequence_positions(w)} positions) outgrows the sliding window of "
+                           f"{window}, where tiles_ext.patch refuses the model (the op attends to every position)")
+                  for w in workloads if sequence_positions(w) > window}
+
+
 def make_prompt(w: Workload, vocab: int, tokenizer, device: torch.device, seed: int = 0) -> torch.Tensor:
     """input_ids [1, prompt_len]: the real tokenizer's tokens of PROMPT_TEXT (repeated) for a real model,
     seeded random ids (avoiding the first 16, where special tokens live) otherwise."""
