@@ -27,10 +27,13 @@ def pass_table(records: list[dict]) -> list[str]:
             ok = r is not None and r["status"] == "ok"
             cells.append(f"{r['ms_per_pass']['median']:.3f} ({r['ratio_to_one_row']:.2f}x)" if ok else
                          (r["status"] if r else "-"))
-        bits = [n for n, r in mine.items() if r["status"] == "ok" and not r.get("bits_equal_one_row_passes")]
+        differ = {n: r.get("rel_err_vs_one_row_passes") for n, r in mine.items()
+                  if r["status"] == "ok" and not r.get("bits_equal_one_row_passes")}
         real = " (real weights)" if any(r.get("weights") == "real" for r in mine.values()) else ""
         lines.append(f"| {_label(model)}{real}, prompt {prompt} | " + " | ".join(cells) + " | "
-                     + ("yes" if not bits else "DIFFER at R=" + ",".join(map(str, bits))) + " |")
+                     + ("yes" if not differ else "no, rel. error " + ", ".join(
+                         f"R={n} {'-' if e is None else f'{e:.1e}'}" for n, e in sorted(differ.items())))
+                     + " |")
     return lines + [""]
 
 
