@@ -11,6 +11,13 @@
                    0.6B/8B, Mistral-7B, Phi-3-mini; random BF16 weights) beside the CUDA-graph step and HF
                    compile. The whole zoo does not fit one 10-minute device call: pick models with --models.
   --sample SPEC    the sampling rows' settings (default temperature=0.7,top_p=0.9,top_k=50).
+  --speculative    the verify passes of speculative decoding (system tiles-op-rows): the op's pass of R = 1..8 rows
+                   timed per model and prompt (default Llama-3.2-1B and Llama-3.1-8B, random BF16), its ratio to
+                   the one-row pass, and rows derived from those times: prompt lookup's ms per token at the
+                   acceptance measured on the CPU (--acceptance, from `python -m tiles_ext.bench.acceptance`) against
+                   plain greedy, and assisted generation's cost per round and break-even acceptance for a 1B draft
+                   of an 8B target. Alone it runs only these (add --systems for others); with --gpu it fits one
+                   device call: `python -m tiles_ext.bench --gpu --speculative`.
 
 The Tiles rows run in a child process (a crash or a hang of the kernel cannot take the baselines with it; a
 hang is cut by a timeout). A time budget (--budget-s) skips what no longer fits, saying so in the row, so a run
@@ -41,6 +48,9 @@ TILES = ("tiles-generate", "tiles-generate-sample", "tiles-op-multi", "tiles-op-
          "tiles-op-fp8")
 ZOO_SYSTEMS = ("tiles-generate", "tiles-op-multi", "graph-step", "hf-static-compile")
 DEFAULT_SAMPLE = "temperature=0.7,top_p=0.9,top_k=50"
+VERIFY = "tiles-op-rows"  # the verify-pass system: its records are per (model, prompt, R), not per workload
+SPECULATIVE_MODELS = ["llama-3.2-1b", "llama-3.1-8b"]
+DEFAULT_ACCEPTANCE = REPO / "docs" / "results" / "acceptance-smollm2-cpu.json"
 
 
 def parse(argv=None):
@@ -55,6 +65,10 @@ def parse(argv=None):
     mode.add_argument("--tiles-child", metavar="SPEC", help=argparse.SUPPRESS)
     ap.add_argument("--context-sweep", action="store_true", help="add ms/token against context length")
     ap.add_argument("--zoo", action="store_true", help="the zoo of shapes (workloads.ZOO), with --gpu")
+    ap.add_argument("--speculative", action="store_true",
+                    help=f"verify passes of R = 1..8 rows ({VERIFY}) and the speculative rows derived from them")
+    ap.add_argument("--acceptance", type=Path, default=DEFAULT_ACCEPTANCE,
+                    help="prompt-lookup acceptance JSON for --speculative (default: %(default)s)")
     ap.add_argument("--sample", default=DEFAULT_SAMPLE,
                     help="generation-config fields of the sampling rows (default: %(default)s)")
     ap.add_argument("--llama-bench", type=Path, help="a llama-bench binary for the llama.cpp row (default: "
@@ -66,7 +80,8 @@ def parse(argv=None):
     ap.add_argument("--reps", type=int, help="timed repetitions after warm-up (default: 5 GPU; 3 quick)")
     ap.add_argument("--eager-tokens", type=int, help="new tokens for the eager rows only (default: 32 on GPU; "
                                                      "eager is host-bound, ms/token does not depend on it)")
-    ap.add_argument("--systems", help="comma list of systems to run (default: all): " + ", ".join(R.SYSTEMS))
+    ap.add_argument("--systems", help="comma list of systems to run (default: all but " + VERIFY + "): "
+                    + ", ".join(list(R.SYSTEMS) + [VERIFY]))
     ap.add_argument("--sweep-contexts", help="comma list of contexts for --context-sweep")
     ap.add_argument("--weights", choices=("auto", "random", "real"),
                     help="SmolLM2 weights: real (embedded), random, auto = real where loadable (default)")
@@ -87,12 +102,15 @@ def settings(a) -> dict:
         "mode": "gpu" if gpu else "quick",
         "device": "cuda" if gpu else "cpu",
         "models": (a.models.split(",") if a.models else list(ZOO) if a.zoo else
+                   SPECULATIVE_MODELS if a.speculative and gpu else
                    ["llama-3.2-1b", "smollm2-135m"] if gpu else ["smollm2-135m"]),
         "prompts": [int(x) for x in a.prompts.split(",")] if a.prompts else ([32, 4096] if gpu else [32]),
         "new_tokens": a.new_tokens or (128 if gpu else 8),
         "reps": a.reps or (5 if gpu else 3),
         "eager_tokens": a.eager_tokens or (32 if gpu else None),
-        "systems": (a.systems.split(",") if a.systems else list(ZOO_SYSTEMS) if a.zoo else list(R.SYSTEMS)),
+        "systems": systems_of(a),
+        "acceptance": str(a.acceptance),
+        "verify_launches": 20 if gpu else 2,
         "sample": parse_sample(a.sample),
         "llama_bench": str(a.llama_bench) if a.llama_bench else None,
         "weights": a.weights or ("auto" if gpu else "real"),
@@ -108,14 +126,28 @@ def settings(a) -> dict:
         if m not in MODEL_LABELS:
             raise SystemExit(f"error: unknown model {m!r}; known: {', '.join(MODEL_LABELS)}")
     for sy in s["systems"]:
-        if sy not in R.SYSTEMS:
-            raise SystemExit(f"error: unknown system {sy!r}; known: {', '.join(R.SYSTEMS)}")
+        if sy not in R.SYSTEMS and sy != VERIFY:
+            raise SystemExit(f"error: unknown system {sy!r}; known: {', '.join(list(R.SYSTEMS) + [VERIFY])}")
     if s["new_tokens"] < 2:
         raise SystemExit("error: --new-tokens must be at least 2")
     if gpu and not torch.cuda.is_available():
         raise SystemExit("error: --gpu needs a CUDA device (torch.cuda.is_available() is False)")
-    s["child_timeout_s"] = a.child_timeout_s or (0.45 if gpu else 0.6) * s["budget_s"]
+    # The children's share of the budget: the rest goes to the baselines, if any run.
+    share = (0.45 if gpu else 0.6) if any(sy in BASELINES for sy in s["systems"]) else 0.9
+    s["child_timeout_s"] = a.child_timeout_s or share * s["budget_s"]
     return s
+
+
+def systems_of(a) -> list[str]:
+    """--systems, else --speculative's verify passes alone, else the zoo's or all the table's systems; --speculative
+    adds the verify passes to any of them."""
+    if a.systems:
+        systems = a.systems.split(",")
+    elif a.speculative:
+        return [VERIFY]
+    else:
+        systems = list(ZOO_SYSTEMS) if a.zoo else list(R.SYSTEMS)
+    return systems + [VERIFY] if a.speculative and VERIFY not in systems else systems
 
 
 def parse_sample(spec: str) -> dict:
@@ -168,25 +200,39 @@ def log(msg: str):
 
 def tiles_child(spec_path: str) -> int:
     from . import tiles_rows as T
-    from .workloads import build_model, make_prompt
+    from .workloads import build_model, make_prompt, open_window_for
     spec = json.loads(Path(spec_path).read_text())
     device = torch.device(spec["device"])
     out = open(spec["out"], "a")
     bw = spec["bandwidth"]
     systems = spec["systems"]
 
+    window_note, outgrown = None, {}
+
     def emit(kind, obj):
+        if kind == "row" and window_note and obj["workload"] not in outgrown:
+            obj["notes"].append(window_note)
         out.write(json.dumps({"kind": kind, **obj}, default=str) + "\n")
         out.flush()
+
+    def within_window(rows_):
+        """The (system, workload, row) items whose workloads fit the opened window; the others' rows skipped."""
+        for _, w, r in rows_:
+            if w.name in outgrown:
+                emit("row", R.skip(r, outgrown[w.name]))
+        return [x for x in rows_ if x[1].name not in outgrown]
 
     for model_name in spec["models"]:
         model, tok, used = build_model(model_name, device, spec["weights"])
         wls = [Workload(model_name, p, spec["new_tokens"], used) for p in spec["prompts"]]
+        window_note, outgrown = open_window_for(model, wls)
+        if window_note:
+            log(f"{model_name}: {window_note}" + (f"; skipped: {', '.join(outgrown)}" if outgrown else ""))
         floors = {w.name: floor_info(w, bw)["floor_ms"] for w in wls}
         gen = [sy for sy in ("tiles-generate", "tiles-generate-sample") if sy in systems]
         if gen:
             prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
-            rows_ = [(sy, w, R.new_row(sy, w)) for sy in gen for w in wls]
+            rows_ = within_window([(sy, w, R.new_row(sy, w)) for sy in gen for w in wls])
             try:
                 model, patch_s = T.patch(model)
             except Exception as e:
@@ -204,8 +250,9 @@ def tiles_child(spec_path: str) -> int:
         if fp8:
             fp8_floors = {w.name: floor_info(w, bw, "fp8")["floor_ms"] for w in wls}
             prompts = {w.name: make_prompt(w, model.config.vocab_size, tok, device) for w in wls}
-            model = T.fp8_rows([(sy, w, R.new_row(sy, w)) for sy in fp8 for w in wls], model, fp8_floors, prompts,
-                               spec["reps"], device, spec["warmup"], spec["cpu_workers"], lambda r: emit("row", r))
+            model = T.fp8_rows(within_window([(sy, w, R.new_row(sy, w)) for sy in fp8 for w in wls]), model,
+                               fp8_floors, prompts, spec["reps"], device, spec["warmup"], spec["cpu_workers"],
+                               lambda r: emit("row", r))
         if "tiles-op-multi" in systems or "tiles-op-single" in systems:
             for w in wls:
                 r1, rn = R.new_row("tiles-op-single", w), R.new_row("tiles-op-multi", w)
@@ -229,6 +276,8 @@ def tiles_child(spec_path: str) -> int:
                             "reason": f"{type(e).__name__}: {str(e)[:300]}"} for c in spec["sweep_contexts"]]
                 for p in pts:
                     emit("sweep", p)
+        if VERIFY in systems:
+            verify_child(model, model_name, spec, device, lambda rec: emit("verify", dict(rec, weights=used)))
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -236,10 +285,27 @@ def tiles_child(spec_path: str) -> int:
     return 0
 
 
-def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: list) -> dict:
+def verify_child(model, model_name: str, spec: dict, device, emit):
+    """The verify-pass records of one model, prompt by prompt; a failure marks that prompt's missing R failed."""
+    from .verify_passes import ROWS, pass_rows
+    for prompt in spec["prompts"]:
+        done = set()
+        try:
+            pass_rows(model, model_name, prompt, device, ROWS, spec["verify_launches"], spec["reps"],
+                      spec["cpu_workers"], lambda rec: (done.add(rec["rows"]), emit(rec)))
+        except Exception as e:
+            log(f"verify passes of {model_name} at prompt {prompt} failed: {type(e).__name__}: {e}")
+            for r in sorted(set(ROWS) - done):
+                emit({"model": model_name, "prompt_len": prompt, "rows": r, "status": "failed",
+                      "reason": f"{type(e).__name__}: {str(e)[:300]}"})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: list, verify_out: list) -> dict:
     """Runs the Tiles rows in child processes, one per model (a kernel fault on one model cannot cost the other
-    its rows); appends their rows and sweep points (also those written before a crash, a timeout or an
-    interruption); returns {model: why its child stopped early} for the children that did."""
+    its rows); appends their rows, sweep points and verify-pass records (also those written before a crash, a
+    timeout or an interruption); returns {model: why its child stopped early} for the children that did."""
     why = {}
     t_end = time.monotonic() + min(s["child_timeout_s"], max(10.0, budget.left() - 20))
     for i, model in enumerate(s["models"]):
@@ -251,7 +317,8 @@ def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: lis
                     "systems": s["systems"], "bandwidth": bw, "cpu_workers": s["cpu_workers"], "sample": s["sample"],
                     "out": os.path.join(tmp, "rows.jsonl"),
                     "sweep_contexts": s["sweep_contexts"] if s["sweep"] else [], "sweep_tokens": s["sweep_tokens"],
-                    "sweep_model": sweep_model(s), "warmup": s["warmup"]}
+                    "sweep_model": sweep_model(s), "warmup": s["warmup"],
+                    "verify_launches": s["verify_launches"]}
             Path(tmp, "spec.json").write_text(json.dumps(spec))
             cmd = [sys.executable, "-m", "tiles_ext.bench", "--tiles-child", os.path.join(tmp, "spec.json")]
             log(f"Tiles rows of {model} in a child process (timeout {timeout:.0f} s)")
@@ -269,7 +336,7 @@ def run_tiles_child(s, bw: float, budget: Budget, rows_out: list, sweep_out: lis
                             rec = json.loads(line)
                         except json.JSONDecodeError:  # the last line of a killed child may be cut short
                             continue
-                        (rows_out if rec.pop("kind") == "row" else sweep_out).append(rec)
+                        {"row": rows_out, "sweep": sweep_out, "verify": verify_out}[rec.pop("kind")].append(rec)
             if model in why:
                 log(f"{model}: {why[model]}")
     return why
@@ -391,12 +458,12 @@ def main(argv=None) -> int:
     log(f"read bandwidth {bwd['tb_per_s'] * 1e3:.1f} GB/s ({bwd['method']})")
 
     workloads = []
-    all_rows, sweep = [], []
+    all_rows, sweep, verify = [], [], []
     why, stopped = {}, None
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        if any(sy in s["systems"] for sy in TILES):
-            why = run_tiles_child(s, bw, budget, all_rows, sweep)
+        if any(sy in s["systems"] for sy in TILES + (VERIFY,)):
+            why = run_tiles_child(s, bw, budget, all_rows, sweep, verify)
         baseline_rows(s, bw, device, budget, sweep, all_rows)
     except Interrupted as e:
         stopped = str(e)
@@ -413,7 +480,7 @@ def main(argv=None) -> int:
             wd["floor"] = floor_info(w, bw)
             workloads.append(wd)
             for sy in s["systems"]:
-                if not any(r["system"] == sy for r in ws):
+                if sy != VERIFY and not any(r["system"] == sy for r in ws):
                     r = R.new_row(sy, w)
                     r["weights"] = wd["weights"]
                     if stopped:
@@ -430,6 +497,8 @@ def main(argv=None) -> int:
         all_rows = [r for r in all_rows if r["system"] in ("hf-eager",) + TILES]
     result = {"meta": meta, "bandwidth": bwd, "workloads": workloads, "rows": all_rows, "sweep": sweep,
               "sweep_model_label": MODEL_LABELS[sweep_model(s)]}
+    if VERIFY in s["systems"]:
+        result.update(speculative_results(s, verify, why, stopped))
     out_dir = a.out or (REPO / "docs" / "results" if s["mode"] == "gpu" else Path("out") / "bench-quick")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -437,11 +506,40 @@ def main(argv=None) -> int:
     figs = figures.write_all(result, out_dir, base)
     paths = report.write(result, out_dir, figs)
     log(f"wrote {paths['json']}, {paths['markdown']}, " + ", ".join(str(p) for p in figs.values()))
-    if s["mode"] == "gpu" and not a.no_readme:
+    if s["mode"] == "gpu" and not a.no_readme and not all_rows:
+        log("no per-workload rows (a verify-pass run): README.md's results block left as it is")
+    elif s["mode"] == "gpu" and not a.no_readme:
         if report.update_readme(a.readme, result, figs, paths["markdown"]):
             log(f"updated the results block of {a.readme}")
     print(report.markdown(result))
     return 2 if stopped else 0  # results are written either way; the caller learns the run was cut short
+
+
+def speculative_results(s, verify: list, why: dict, stopped: str | None) -> dict:
+    """The verify-pass records (missing ones filled with why they are missing) and the rows derived from them with
+    the acceptance JSON (its problem said instead where it cannot be read)."""
+    from .speculative import derive, load_acceptance
+    from .verify_passes import ROWS
+    for m in s["models"]:
+        for p in s["prompts"]:
+            for r in ROWS:
+                if not any(v["model"] == m and v["prompt_len"] == p and v["rows"] == r for v in verify):
+                    verify.append({"model": m, "prompt_len": p, "rows": r, "status": "skipped",
+                                   "reason": stopped or why.get(m) or "not run"})
+    try:
+        acc = load_acceptance(Path(s["acceptance"]))
+        info = {"path": _shown(s["acceptance"]),
+                **{k: acc["meta"].get(k) for k in ("model", "executor", "commit", "date")}}
+    except (OSError, ValueError) as e:
+        acc, info = None, {"path": _shown(s["acceptance"]), "problem": str(e)}
+        log(f"prompt-lookup rows not derived: {e}")
+    return {"verify_passes": verify, "speculative": {**derive(verify, acc), "acceptance": info}}
+
+
+def _shown(path: str) -> str:
+    """A path as the results name it: relative to the repository where it lies inside (the same on every machine)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
 
 
 def from_json(a) -> int:
@@ -457,7 +555,9 @@ def from_json(a) -> int:
     figs = figures.write_all(result, out_dir, report.base_name(result["meta"]))
     paths = report.write(result, out_dir, figs)
     log(f"wrote {paths['json']}, {paths['markdown']}, " + ", ".join(str(p) for p in figs.values()))
-    if not a.no_readme and report.update_readme(a.readme, result, figs, paths["markdown"]):
+    if not a.no_readme and not result["rows"]:
+        log("no per-workload rows (a verify-pass run): README.md's results block left as it is")
+    elif not a.no_readme and report.update_readme(a.readme, result, figs, paths["markdown"]):
         log(f"updated the results block of {a.readme}")
     return 0
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from . import report_speculative
 from .rows import SYSTEMS
 
 README_START = "<!-- results:start -->"
@@ -110,8 +111,10 @@ def markdown(result: dict, figures: dict | None = None, compact: bool = False) -
              "",
              f"Read bandwidth measured in the same run: **{_bw(bw['bytes_per_s'])}** ({bw['method']} over "
              f"{bw['bytes'] / 1e9:.2f} GB). Floor = (weight bytes + KV bytes read per token) / that bandwidth; "
-             "% of floor = floor / measured.", "",
-             "ms/token, median (% of the floor; FP8 rows: % of their own floor, which the cell names):", ""] + summary_table(result) + [""]
+             "% of floor = floor / measured.", ""]
+    if result["rows"]:  # a run of verify passes alone has none
+        lines += ["ms/token, median (% of the floor; FP8 rows: % of their own floor, which the cell names):",
+                  ""] + summary_table(result) + [""]
     for w in ([] if compact else result["workloads"]):
         wr = sorted((r for r in result["rows"] if r["workload"] == w["name"]), key=_system_order)
         if not wr:
@@ -135,6 +138,8 @@ def markdown(result: dict, figures: dict | None = None, compact: bool = False) -
                 floor = floor or (p or {}).get("floor_ms")
             lines.append(f"| {c} | " + " | ".join(cells) + f" | {_f(floor)} |")
         lines.append("")
+    if not compact:
+        lines += report_speculative.markdown_lines(result)
     if figures:
         for name, path in figures.items():
             lines.append(f"![{name}]({path})")

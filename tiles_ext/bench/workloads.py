@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tiles_ext import families
-from tiles_ext.planner.shape import ModelShape
+from tiles_ext.planner.shape import ModelShape, UnsupportedConfig
 
 # The shipped configs the benchmark knows (configs/<key>-config.json), with their table labels. The README run takes
 # the first two; --zoo takes ZOO (the shapes users run, one per served family and size).
@@ -106,6 +106,49 @@ def build_model(model: str, device: torch.device, weights: str = "random", seed:
     elif weights == "real":
         raise ValueError(f"real weights are only embedded for smollm2-135m, not {model}")
     return models.random_model(model, device=device, dtype=torch.bfloat16, seed=seed), None, "random"
+
+
+def open_window(model, longest: int) -> str | None:
+    """The fix tiles_ext.patch's sliding-window refusal names (the config's sliding_window set to None), applied
+    where it changes nothing: every sequence of the run, at most `longest` positions (prompt plus new tokens), fits
+    the window. Returns the note the model's rows carry; None where the model was left as it is (no window, a
+    window patch accepts, or sequences that outgrow it: then the refusal stands and its row says why)."""
+    config = model.config
+    family = families.family_for(families.model_type_of(config))
+    window = family.sliding_window(config)
+    if window is None or longest > window:
+        return None
+    try:
+        family.check_window(config)
+        return None
+    except UnsupportedConfig:
+        pass
+    config.sliding_window = None
+    try:
+        family.check_window(config)
+    except UnsupportedConfig:  # a window that this setting does not turn off: leave the model as it was
+        config.sliding_window = window
+        return None
+    return (f"sliding_window {window} set to None before patching, the fix the refusal names: no sequence here "
+            f"exceeds {longest} positions, so the window changes nothing")
+
+
+def sequence_positions(w: Workload) -> int:
+    """The cache positions a workload's sequence takes: its prompt, its new tokens and one spare (the op rows' cache)."""
+    return w.prompt_len + w.new_tokens + 1
+
+
+def open_window_for(model, workloads: list[Workload]) -> tuple[str | None, dict[str, str]]:
+    """open_window where some workload fits the window: (the note of the rows of the workloads that fit,
+    {workload name: why its patched rows are skipped} for those that outgrow it, which patch would refuse)."""
+    window = families.family_for(families.model_type_of(model.config)).sliding_window(model.config)
+    fit = [sequence_positions(w) for w in workloads if window is None or sequence_positions(w) <= window]
+    note = open_window(model, max(fit)) if fit else None
+    if note is None:
+        return None, {}
+    return note, {w.name: (f"its sequence ({sequence_positions(w)} positions) outgrows the sliding window of "
+                           f"{window}, where tiles_ext.patch refuses the model (the op attends to every position)")
+                  for w in workloads if sequence_positions(w) > window}
 
 
 def make_prompt(w: Workload, vocab: int, tokenizer, device: torch.device, seed: int = 0) -> torch.Tensor:
