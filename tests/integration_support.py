@@ -97,6 +97,20 @@ def steps_executed(model) -> int:
     return int(patch_state(model).decoder.runtime.state[int(StateWord.EPOCH)])
 
 
+
+def prompt_lookup_and_plain(main, prompt, new_tokens: int = 24, lookup: int = 5):
+    """Plain greedy generate and greedy prompt lookup (no fallback allowed) of a patched model from one prompt: both
+    outputs and the op passes the lookup took."""
+    import warnings
+    from tiles_ext.integrations import TilesFallbackWarning
+    kw = dict(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    plain = main.generate(prompt, **kw)
+    before = steps_executed(main)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilesFallbackWarning)
+        got = main.generate(prompt, prompt_lookup_num_tokens=lookup, **kw)
+    return plain, got, steps_executed(main) - before
+
 # The rule for a KV cache the op filled, wholly or in part (a continuation whose earlier positions were decoded by
 # the op and whose later ones a PyTorch prefill wrote): it is judged against the fp32 model's K/V for the same
 # tokens, never against the unpatched BF16 cache, which rounds differently (op and PyTorch K/V for one position

@@ -17,7 +17,7 @@ import warnings
 import pytest
 import torch
 
-from integration_support import assert_greedy_match, patched_copy, steps_executed, tiny_config
+from integration_support import assert_greedy_match, patched_copy, prompt_lookup_and_plain, steps_executed, tiny_config
 from tiles_ext.integrations import TilesFallbackWarning, is_patched, patch_state
 from tiles_ext.integrations import cache as kv
 from tiles_ext.integrations.version import assisted_takes_static_cache
@@ -101,12 +101,7 @@ def test_prompt_lookup_greedy_is_plain_greedy_in_verify_passes(main_model):
     bits of R one-row steps), in fewer op passes, each counted; no fallback warning."""
     main = patched_copy(main_model)
     prompt = torch.cat([PROMPT, PROMPT, PROMPT[:, :3]], dim=1)
-    plain = main.generate(prompt, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    before = steps_executed(main)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", TilesFallbackWarning)
-        got = main.generate(prompt, max_new_tokens=24, do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=5)
-    passes = steps_executed(main) - before
+    plain, got, passes = prompt_lookup_and_plain(main, prompt)
     assert torch.equal(got, plain)
     assert 1 <= passes < 23, passes  # plain greedy takes 23 one-row steps after the prefill
 

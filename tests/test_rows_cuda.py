@@ -13,18 +13,15 @@ and generate() with prompt_lookup_num_tokens on a patched GPU model equals its p
 """
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-from integration_support import patched_copy, steps_executed  # noqa: E402
+from integration_support import patched_copy, prompt_lookup_and_plain  # noqa: E402
 from integration_support import tiny_config as llama_tiny  # noqa: E402
 from parity_helpers import family_config, prefill, rel_err, tiny_config, tiny_model  # noqa: E402
 from tiles_ext.errors import check_state  # noqa: E402
-from tiles_ext.integrations import TilesFallbackWarning  # noqa: E402
 from tiles_ext.models import random_model  # noqa: E402
 from tiles_ext.planner.format import StateWord  # noqa: E402
 from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
@@ -154,11 +151,6 @@ def test_prompt_lookup_greedy_on_cuda_is_plain_greedy_in_fewer_passes():
     assert main.device.type == "cuda"
     base = torch.tensor([[1, 17, 42, 99, 7, 300]], device=DEV)
     prompt = torch.cat([base, base, base[:, :3]], dim=1)
-    plain = main.generate(prompt, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    before = steps_executed(main)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", TilesFallbackWarning)
-        got = main.generate(prompt, max_new_tokens=24, do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=5)
-    passes = steps_executed(main) - before
+    plain, got, passes = prompt_lookup_and_plain(main, prompt)
     assert torch.equal(got, plain)
     assert 1 <= passes < 23, passes  # plain greedy takes 23 one-row steps after the prefill
