@@ -112,9 +112,39 @@ __device__ __noinline__ void rows_embed(const KernelParams& p, const Tile& t, co
 // ---------------------------------------------------------------------------------------------------------------
 // Matvec tiles of R rows
 // ---------------------------------------------------------------------------------------------------------------
+// Staging reads a tile's inputs from L2 with kStageRegs 32-bit values per thread in flight at once, for the rows
+// capacity RC (2, 4 or 8: the pass's rows rounded up; each staging function dispatches on it): an element loop that waits on each load before the next pays
+// one L2 round trip (~0.5-1 us behind the weight stream) per kThreads elements, 16 of them for a 4096-wide RMSNorm
+// and its fill, where these loops pay one or two.
+constexpr int kStageRegs = 16;
+__host__ __device__ constexpr int stage_batch(int n) { return n > 1 ? n : 1; }
+
+// Every row's sum of squares of x (rows at `stride` floats) into ss: per thread x[tid + k kThreads] in k order, as
+// the one-row RMSNorm adds them; kStageRegs / RC elements of each row loaded before any is added.
+template <int RC>
+__device__ __forceinline__ void rows_sum_squares(const float* x, int64_t stride, int32_t rows, int32_t n,
+                                                 float (&ss)[kMaxRows]) {
+  constexpr int U = stage_batch(kStageRegs / RC);
+  for (int i0 = threadIdx.x; i0 < n; i0 += U * kThreads) {
+    float v[U][RC];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < RC; ++r) {
+        const int i = i0 + u * kThreads;
+        v[u][r] = r < rows && i < n ? __ldcg(x + r * stride + i) : 0.f;
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < RC; ++r)
+        if (r < rows && i0 + u * kThreads < n) ss[r] = fmaf(v[u][r], v[u][r], ss[r]);
+  }
+}
+
 // Each row's RMSNorm scale r = 1 / sqrt(mean(x^2) + eps) into rs[row], with the one-row kernels' order for every
 // row: per-thread fmaf over x[tid + k kThreads] in k order, then block_sum's (warp butterflies, the warps' sums added
-// by one warp in warp order; here warp r adds row r's), and the same expression. All rows' loads in flight together.
+// by one warp in warp order; here warp r adds row r's), and the same expression.
 __device__ __noinline__ void rows_norm_scales(const KernelParams& p, const Tile& t, int32_t rows, int32_t n, float* red,
                                  float* rs) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -123,15 +153,9 @@ __device__ __noinline__ void rows_norm_scales(const KernelParams& p, const Tile&
   float ss[kMaxRows];
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) ss[r] = 0.f;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    float v[kMaxRows];
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
-      if (r < rows) v[r] = __ldcg(x + r * stride + i);
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
-      if (r < rows) ss[r] = fmaf(v[r], v[r], ss[r]);
-  }
+  if (rows <= 2) rows_sum_squares<2>(x, stride, rows, n, ss);
+  else if (rows <= 4) rows_sum_squares<4>(x, stride, rows, n, ss);
+  else rows_sum_squares<kMaxRows>(x, stride, rows, n, ss);
   __syncthreads();  // red may still be read by a previous reduction
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) {
@@ -149,39 +173,76 @@ __device__ __noinline__ void rows_norm_scales(const KernelParams& p, const Tile&
   __syncthreads();
 }
 
-// Columns [k0, k0 + kn) of every row's input into vec as [rows][kn] bf16: RESID's bf16 input as read, else
-// h = bf16(bf16(x r) w) (the one-row RMSNorm's element expression). All rows' loads of a column in flight together.
+// RESID's bf16 input chunks [c0, c0 + cpk) of every row into vec as read ([rows][cpk] chunks), kStageRegs / (4 RC)
+// chunks of each row loaded before any is stored.
+template <int RC>
+__device__ __forceinline__ void rows_copy_chunks(const uint4* src, int64_t stride, int32_t rows, int32_t cpk,
+                                                 uint4* dst) {
+  constexpr int U = stage_batch(kStageRegs / (4 * RC));
+  for (int i0 = threadIdx.x; i0 < cpk; i0 += U * kThreads) {
+    uint4 v[U][RC];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < RC; ++r) {
+        const int i = i0 + u * kThreads;
+        if (r < rows && i < cpk) v[u][r] = __ldcg(src + r * stride + i);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < RC; ++r) {
+        const int i = i0 + u * kThreads;
+        if (r < rows && i < cpk) dst[r * cpk + i] = v[u][r];
+      }
+  }
+}
+
+// Columns [0, kn) of every row's normed input (x and w from the block's first column) into vec as [rows][kn] bf16:
+// h = bf16(bf16(x r) w), the one-row RMSNorm's element expression; kStageRegs / (2 RC) columns of every row (and of w)
+// loaded before any is stored.
+template <int RC>
+__device__ __forceinline__ void rows_fill_normed(const float* x, int64_t stride, const uint16_t* w, int32_t rows,
+                                                 int32_t kn, uint16_t* vec, const float* rs) {
+  constexpr int U = stage_batch(kStageRegs / (2 * RC));
+  for (int i0 = threadIdx.x; i0 < kn; i0 += U * kThreads) {
+    float v[U][RC], wv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u * kThreads;
+      wv[u] = i < kn ? bf2f(__ldg(w + i)) : 0.f;
+#pragma unroll
+      for (int r = 0; r < RC; ++r) v[u][r] = r < rows && i < kn ? __ldcg(x + r * stride + i) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < RC; ++r)
+        if (r < rows && i < kn) vec[r * kn + i] = f2bf(round_bf(v[u][r] * rs[r]) * wv[u]);
+    }
+  }
+}
+
+// Columns [k0, k0 + kn) of every row's input into vec as [rows][kn] bf16: RESID's bf16 input as read, else the
+// RMSNorm's h.
 __device__ __noinline__ void rows_fill_inputs(const KernelParams& p, const Tile& t, int32_t rows, int32_t k0, int32_t kn,
                                  uint16_t* vec, const float* rs) {
   if (t.op == kOpResid) {
-    const int32_t cpk = kn / 8;
     const uint4* src = reinterpret_cast<const uint4*>(row_ptr(p, t.in_buf, 0)) + k0 / 8;
     const int64_t stride = p.h.row_bytes / 16;
     uint4* dst = reinterpret_cast<uint4*>(vec);
-    for (int i = threadIdx.x; i < cpk; i += kThreads) {
-      uint4 v[kMaxRows];
-#pragma unroll
-      for (int r = 0; r < kMaxRows; ++r)
-        if (r < rows) v[r] = __ldcg(src + r * stride + i);
-#pragma unroll
-      for (int r = 0; r < kMaxRows; ++r)
-        if (r < rows) dst[r * cpk + i] = v[r];
-    }
+    if (rows <= 2) rows_copy_chunks<2>(src, stride, rows, kn / 8, dst);
+    else if (rows <= 4) rows_copy_chunks<4>(src, stride, rows, kn / 8, dst);
+    else rows_copy_chunks<kMaxRows>(src, stride, rows, kn / 8, dst);
     return;
   }
   const uint16_t* w = p.weights[t.norm] + k0;
   const float* x = reinterpret_cast<const float*>(row_ptr(p, t.in_buf, 0)) + k0;
   const int64_t stride = p.h.row_bytes / 4;
-  for (int i = threadIdx.x; i < kn; i += kThreads) {
-    const float wv = bf2f(__ldg(w + i));
-    float v[kMaxRows];
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
-      if (r < rows) v[r] = __ldcg(x + r * stride + i);
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
-      if (r < rows) vec[r * kn + i] = f2bf(round_bf(v[r] * rs[r]) * wv);
-  }
+  if (rows <= 2) rows_fill_normed<2>(x, stride, w, rows, kn, vec, rs);
+  else if (rows <= 4) rows_fill_normed<4>(x, stride, w, rows, kn, vec, rs);
+  else rows_fill_normed<kMaxRows>(x, stride, w, rows, kn, vec, rs);
 }
 
 // One item's chunks in column block [b0, b1) (16-byte chunks), for every row: the lane's chunks c0 + lane + 32 k of
