@@ -207,9 +207,10 @@ def test_the_bench_opens_a_window_its_sequences_fit_and_keeps_one_they_outgrow()
 
 
 @pytest.mark.slow
-def test_quick_speculative_run_end_to_end(tmp_path):
-    """--quick --speculative on the CPU executor: the child's verify passes of the real SmolLM2, the derived rows
-    from the shipped acceptance, JSON and markdown (~15 s)."""
+def test_quick_speculative_run_end_to_end(tmp_path, default_model):
+    """--quick --speculative on the CPU executor: the child's verify passes of the real SmolLM2 (the fixture: skipped
+    where the model package is absent, the GPU machine), the derived rows from the shipped acceptance, JSON and
+    markdown (~15 s)."""
     p = subprocess.run([sys.executable, "-m", "tiles_ext.bench", "--quick", "--speculative", "--prompts", "16",
                         "--reps", "1", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -245,3 +246,14 @@ def test_the_window_opens_for_the_workloads_that_fit_and_the_others_say_why():
     assert model.config.sliding_window is None and "167 positions" in note
     assert list(outgrown) == [long_.name] and "273 positions" in outgrown[long_.name]
     assert open_window_for(random_model(config, seed=0), [long_]) == (None, {})
+
+
+def test_the_bit_column_says_yes_only_where_passes_of_several_rows_ran():
+    from tiles_ext.bench.report_speculative import pass_table
+    skipped = [{"model": "smollm2-135m", "prompt_len": 16, "rows": r, "status": "skipped", "reason": "child exited"}
+               for r in (1, 2, 8)]
+    (line,) = [l for l in pass_table(skipped) if l.startswith("| SmolLM2")]
+    assert line.endswith("| - (no pass of several rows ran) |")
+    ran = _records("llama-3.2-1b", 32, {1: 1.0, 2: 1.5})
+    (line,) = [l for l in pass_table(ran) if l.startswith("| Llama")]
+    assert line.endswith("| yes |")

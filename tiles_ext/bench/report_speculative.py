@@ -12,6 +12,12 @@ def _f(x, nd=3) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def bits_cell(mine: dict, differ: dict) -> str:
+    """The bit check's cell where no pass differs: yes where some pass of several rows ran, else nothing was compared."""
+    compared = any(n > 1 and r["status"] == "ok" for n, r in mine.items())
+    return "yes" if compared else "- (no pass of several rows ran)"
+
+
 def pass_table(records: list[dict]) -> list[str]:
     """One line per model and prompt, one column per R: median ms per pass (ratio to the one-row pass)."""
     rows = sorted({r["rows"] for r in records})
@@ -31,7 +37,7 @@ def pass_table(records: list[dict]) -> list[str]:
                   if r["status"] == "ok" and not r.get("bits_equal_one_row_passes")}
         real = " (real weights)" if any(r.get("weights") == "real" for r in mine.values()) else ""
         lines.append(f"| {_label(model)}{real}, prompt {prompt} | " + " | ".join(cells) + " | "
-                     + ("yes" if not differ else "no, rel. error " + ", ".join(
+                     + (bits_cell(mine, differ) if not differ else "no, rel. error " + ", ".join(
                          f"R={n} {'-' if e is None else f'{e:.1e}'}" for n, e in sorted(differ.items())))
                      + " |")
     return lines + [""]
