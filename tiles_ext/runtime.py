@@ -130,6 +130,15 @@ class TileRuntime:
             input_ids, position, inv_freq, float(rope_scale), int(num_steps), [int(e) for e in eos_ids],
             int(order_seed), sampler)
 
+    def prompt_lookup(self, weights, k_cache, v_cache, history, length: int, inv_freq, rope_scale: float,
+                      draft_tokens: int, budget: int, eos_ids=(), ngram: int = 2):
+        """Rounds of greedy prompt lookup in one launch (planner/format.py "Prompt lookup"): history (int64, on the
+        device) holds the sequence's `length` ids so far and gains the accepted ones; the cache holds positions
+        0 .. length - 2. Returns (tokens int64 [budget], -1 after the last accepted; rounds int64 [1])."""
+        return torch.ops.tiles.prompt_lookup(
+            self.plan_tensor, self.header, weights, k_cache, v_cache, self.scratch, self.state, history, int(length),
+            inv_freq, float(rope_scale), int(draft_tokens), int(ngram), int(budget), [int(e) for e in eos_ids])
+
     def check_error(self) -> None:
         """Raise TileKernelError if a launch recorded an error in the state (host sync: call where the caller
         syncs anyway). The message names the error, the worker and the tile."""
