@@ -44,7 +44,8 @@ def _kernel_constants() -> dict:
     """What the compiled library offers (csrc/tiles_op.cpp): flags = a CUDA kernel that hands off by flag-in-data
     words too (for every shape it runs)."""
     mod = importlib.import_module("tiles_ext._C")
-    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1))}
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1)),
+            "cuda_prompt_lookup": bool(getattr(mod, "CUDA_PROMPT_LOOKUP", 0))}
 
 
 def attn_warps_fit(header: dict) -> bool:
@@ -112,6 +113,14 @@ class TileRuntime:
         if self.plan.header.get("weight_dtype", fmt.DType.BF16) == fmt.DType.F8E4M3:
             return 1
         return min(rows, _kernel_constants()["cuda_max_rows"])
+
+    @property
+    def lookup_in_op(self) -> bool:
+        """Whether tiles::prompt_lookup runs here: the CPU executor, or CUDA's prompt-lookup kernels (BF16 plans of
+        several rows, as the rows kernels)."""
+        if self.device.type != "cuda":
+            return self.max_rows >= 2
+        return self.max_rows >= 2 and _kernel_constants()["cuda_prompt_lookup"]
 
     @property
     def flagged(self) -> bool:
