@@ -251,3 +251,40 @@ def test_opcheck_cpu():
     args = (rt.plan_tensor, list(rt.header), d.weights, keys, values, rt.scratch, rt.state, op.history, op.length,
             d.inv_freq, d.rope_scale, 3, 2, 8, [])
     torch.library.opcheck(torch.ops.tiles.prompt_lookup.default, args)
+
+
+def test_a_streamer_sees_every_token_once(model):
+    from transformers.generation.streamers import BaseStreamer
+
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, value):
+            self.puts.append(value.reshape(-1).tolist())
+
+        def end(self):
+            self.ended = True
+
+    main = patched_copy(model)
+    streamer = Collect()
+    got = _greedy(main, PROMPT, prompt_lookup_num_tokens=5, streamer=streamer)
+    assert patch_state(main).lookup_fallback is None
+    assert streamer.puts[0] == PROMPT[0].tolist()  # generate's own put of the prompt
+    assert sum(streamer.puts[1:], []) == got[0, PROMPT.shape[1]:].tolist() and streamer.ended
+
+
+def test_a_stopping_criterion_it_cannot_reproduce_runs_transformers_loop(model):
+    """A caller's StoppingCriteria: Transformers' loop (each round still one op pass), with the reason kept."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class AtLength(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= PROMPT.shape[1] + 12, dtype=torch.bool)
+
+    main = patched_copy(model)
+    criteria = StoppingCriteriaList([AtLength()])
+    got = _greedy(main, PROMPT, prompt_lookup_num_tokens=5, stopping_criteria=criteria)
+    assert "stopping criteria" in patch_state(main).lookup_fallback
+    plain = _greedy(main, PROMPT)
+    assert PROMPT.shape[1] + 12 <= got.shape[1] < plain.shape[1] and torch.equal(got, plain[:, :got.shape[1]])
