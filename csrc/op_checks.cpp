@@ -233,6 +233,52 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
   check_small_args(h, input_ids, position, rope_inv_freq, num_steps, eos_ids, device);
 }
 
+void check_prompt_lookup_args(const Header& h, const at::Tensor& plan, at::TensorList weights,
+                              at::TensorList k_cache, at::TensorList v_cache, const at::Tensor& scratch,
+                              const at::Tensor& state, const at::Tensor& history, int64_t length,
+                              const at::Tensor& rope_inv_freq, int64_t draft_tokens, int64_t ngram, int64_t budget,
+                              c10::IntArrayRef eos_ids, c10::Device device) {
+  check_tensor(plan, "plan", at::kInt, device);
+  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, "tiles::prompt_lookup: plan has shape ",
+              shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
+  check_weights(h, weights, device);
+  check_caches(h, k_cache, v_cache, device);
+  check_arena_and_state(h, scratch, state, device);
+  TORCH_CHECK(h.max_rows >= 2, "tiles::prompt_lookup: the plan decodes ", h.max_rows, " row per pass (its "
+              "max_rows); prompt lookup verifies a draft in one pass of several rows: build the plan with max_rows "
+              ">= 2");
+  TORCH_CHECK(draft_tokens >= 1 && draft_tokens <= h.max_rows - 1, "tiles::prompt_lookup: draft_tokens ",
+              draft_tokens, " outside 1..", h.max_rows - 1, ": a round's pass holds the last accepted token and the "
+              "draft, at most the plan's max_rows ", h.max_rows, " rows; pass prompt_lookup_num_tokens <= ",
+              h.max_rows - 1);
+  TORCH_CHECK(ngram >= 1 && ngram <= kMaxLookupNgram, "tiles::prompt_lookup: ngram ", ngram, " outside 1..",
+              kMaxLookupNgram, " (max_matching_ngram_size; Transformers' default is 2)");
+  TORCH_CHECK(budget >= 1 && budget <= kMaxLookupTokens, "tiles::prompt_lookup: budget ", budget, " outside 1..",
+              kMaxLookupTokens, ": one launch accepts 1 to ", kMaxLookupTokens, " tokens; launch again for more");
+  check_tensor(history, "history", at::kLong, device);
+  TORCH_CHECK(history.dim() == 1, "tiles::prompt_lookup: history has shape ", shape_str(history), ", expected [N] "
+              "(the prompt and the accepted tokens of one sequence)");
+  TORCH_CHECK(length >= 1 && length <= history.numel(), "tiles::prompt_lookup: length ", length, " outside 1..",
+              history.numel(), " (the history's ids so far, at least the last accepted token)");
+  TORCH_CHECK(history.numel() >= length + budget, "tiles::prompt_lookup: history holds ", history.numel(),
+              " ids, and a launch from length ", length, " with budget ", budget, " writes up to index ",
+              length + budget - 1, ": allocate the history with at least length + budget = ", length + budget,
+              " ids");
+  const int64_t max_len = max_cache_len(k_cache);
+  TORCH_CHECK(length <= max_len, "tiles::prompt_lookup: KV cache full: the first round's pass writes position ",
+              length - 1, " but max_cache_len is ", max_len, " (allocate a larger StaticCache)");
+  check_tensor(rope_inv_freq, "rope_inv_freq", at::kFloat, device);
+  TORCH_CHECK(rope_inv_freq.dim() == 1 && rope_inv_freq.size(0) == h.head_dim / 2,
+              "tiles::prompt_lookup: rope_inv_freq has shape ", shape_str(rope_inv_freq), ", expected [",
+              h.head_dim / 2, "] (head_dim / 2)");
+  TORCH_CHECK(static_cast<int64_t>(eos_ids.size()) <= kMaxEos, "tiles::prompt_lookup: ", eos_ids.size(),
+              " eos_ids given, at most ", kMaxEos, " supported");
+  for (int64_t e : eos_ids) {
+    TORCH_CHECK(e >= 0 && e < h.vocab, "tiles::prompt_lookup: eos id ", e, " outside the vocabulary [0, ", h.vocab,
+                ")");
+  }
+}
+
 void check_sampler(const Header& h, const at::Tensor& sampler, c10::Device device) {
   check_tensor(sampler, "sampler", at::kInt, device);
   const int64_t words = sampler_words(h.vocab, h.lm_tiles);

@@ -23,6 +23,15 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
                             const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
                             int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device);
 
+// tiles::prompt_lookup's arguments (planner/format.py "Prompt lookup"), before any launch: the plan tensors as for
+// decode_step, a plan of at least 2 rows, draft_tokens in 1..max_rows - 1, ngram in 1..kMaxLookupNgram, budget in
+// 1..kMaxLookupTokens, an int64 history of at least length + budget ids (the launch appends at most budget), a cache with room for the first round's first row (length - 1), and the EOS ids.
+void check_prompt_lookup_args(const Header& h, const at::Tensor& plan, at::TensorList weights,
+                              at::TensorList k_cache, at::TensorList v_cache, const at::Tensor& scratch,
+                              const at::Tensor& state, const at::Tensor& history, int64_t length,
+                              const at::Tensor& rope_inv_freq, int64_t draft_tokens, int64_t ngram, int64_t budget,
+                              c10::IntArrayRef eos_ids, c10::Device device);
+
 // The decode_step sampler: a contiguous 1-D int32 tensor of sampler_words(vocab, lm_tiles) words on `device`.
 void check_sampler(const Header& h, const at::Tensor& sampler, c10::Device device);
 

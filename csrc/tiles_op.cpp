@@ -12,6 +12,15 @@ TORCH_LIBRARY(tiles, m) {
       "Tensor(c!) scratch, Tensor(d!) state, Tensor input_ids, Tensor position, Tensor rope_inv_freq, "
       "float rope_scale, int num_steps, int[] eos_ids, int order_seed=0, Tensor(e!)? sampler=None) "
       "-> (Tensor logits, Tensor tokens)");
+  // Greedy prompt lookup (planner/format.py "Prompt lookup"): rounds of draft (n-gram match over history[0, length)),
+  // one verify pass of the last accepted token and the draft, acceptance, in one launch, until `budget` tokens are
+  // accepted, an EOS id is, or the cache has no room. history (int64) gains the accepted tokens in place; the KV cache
+  // holds positions 0 .. length - 2 at the start. Returns tokens ([budget] int64, -1 after the last accepted) and
+  // rounds ([1] int64: the passes run).
+  m.def(
+      "prompt_lookup(Tensor plan, int[] plan_header, Tensor[] weights, Tensor(a!)[] k_cache, Tensor(b!)[] v_cache, "
+      "Tensor(c!) scratch, Tensor(d!) state, Tensor(e!) history, int length, Tensor rope_inv_freq, float rope_scale, "
+      "int draft_tokens, int ngram, int budget, int[] eos_ids) -> (Tensor tokens, Tensor rounds)");
   // The sampler of planner/format.py ("Sampling") on one logits row: kept (bool, the logits' shape) marks the final
   // kept set, token ([1] int64) the id drawn for absolute position `position` (the greedy pick in GREEDY mode). The
   // sampler is only read (no seen bit is set). Both executors run the arithmetic their decode_step tiles run.
@@ -42,6 +51,9 @@ PyObject* PyInit__C(void) {
   // The rows one CUDA launch decodes (planner/format.py "Rows"): up to kMaxRows on the rows kernels
   // (csrc/cuda/decode_rows.cuh), BF16 plans; tiles_ext/runtime.py TileRuntime.max_rows asks.
   if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_MAX_ROWS", tiles::kMaxRows);
+  // tiles::prompt_lookup runs on the CUDA prompt-lookup kernels (decode_rows.cuh, TILE_LOOKUP), BF16 plans;
+  // tiles_ext/runtime.py TileRuntime.lookup_in_op asks.
+  if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_PROMPT_LOOKUP", 1);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

@@ -102,6 +102,15 @@ def advance(cache, steps) -> None:
     torch._foreach_add_([layer.cumulative_length for layer in cache.layers], steps)
 
 
+def set_length(cache, length: int) -> None:
+    """Move every layer's length counter to `length` (forward, or back past a rejected draft's rows) in place,
+    and record it on the host."""
+    delta = length - host_length(cache)
+    if delta:
+        advance(cache, delta)
+    record_length(cache, length)
+
+
 def capacity(cache) -> int:
     return int(cache.layers[0].keys.shape[2])
 

@@ -83,6 +83,19 @@ class TileDecoder:
         kv.record_length(cache, length + rows)
         return torch.cat(pieces) if len(pieces) > 1 else pieces[0]
 
+    def lookup(self, history: torch.Tensor, length: int, cache, draft_tokens: int, budget: int, eos_ids=(),
+               ngram: int = 2) -> tuple[list[int], int]:
+        """One launch of greedy prompt lookup from a history of `length` ids whose last one the cache does not hold
+        yet (cache length length - 1): (the accepted tokens, the rounds run); history gains the tokens, and the
+        cache's length becomes length + accepted - 1. One host sync (the tokens)."""
+        keys, values = kv.layer_tensors(cache)
+        tokens, rounds = self.runtime.prompt_lookup(self.weights, keys, values, history, length, self.inv_freq,
+                                                    self.rope_scale, draft_tokens, budget, eos_ids, ngram)
+        host = tokens.tolist()
+        done = next((i for i, t in enumerate(host) if t < 0), len(host))
+        kv.set_length(cache, length + done - 1)
+        return host[:done], int(rounds[0])
+
     def step(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
         """One decode step: logits fp32 [1, vocab]; the cache holds the token's K/V and its counters advanced."""
         logits, _ = self.launch(input_ids, cache, 1)

@@ -11,6 +11,9 @@
 - assistant of assisted generation: the tile path, on a CroppableStaticCache this wrapper makes (generation rolls
   the assistant's cache back after every round; cache.py); the PyTorch path with a one-time warning where it was
   handed a StaticCache the installed Transformers cannot crop.
+- lookup path (greedy prompt lookup): the assisted path's cache, and a decoding loop whose rounds run inside the op
+  (fast_lookup.FastLookup: up to 64 accepted tokens per launch); what that loop cannot reproduce runs the assisted
+  path's loop below.
 - assisted path (the main model of assisted generation: prompt lookup or an assistant model, greedy or sampling):
   Transformers' assisted decoding, each round's draft verified in one pass of the op (assisted.py), on a
   CroppableStaticCache this wrapper makes with room for the last round's draft (Transformers' own static sizing,
@@ -34,6 +37,7 @@ from transformers import StaticCache
 from tiles_ext.integrations import assisted
 from tiles_ext.integrations import cache as kv
 from tiles_ext.integrations.causal_lm import with_self
+from tiles_ext.integrations.fast_lookup import FastLookup
 from tiles_ext.integrations.fast_sample import FastSample
 
 TILE_MODES = (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE)
@@ -83,6 +87,8 @@ def patched_generate(model, args, kwargs):
         route, _ = choose_route(model, state, kw)
     if route == "fast":
         kw["custom_generate"] = FastSample(state, kw.get("streamer"))
+    if route == "assisted" and _lookup_in_op(model, state, kw):
+        kw["custom_generate"] = FastLookup(state, kw.get("streamer"))
     made = False
     if passed_cache is None and (route == "assisted" or _is_assistant(model, kw)):
         made = _give_croppable_cache(model, state, kw)
@@ -108,6 +114,14 @@ def patched_generate(model, args, kwargs):
     if state.decoder.device.type == "cuda":
         state.decoder.check_error()  # a CUDA launch cannot raise; generate has synced by now anyway
     return _hand_over(model, state, out, made, continued)
+
+
+def _lookup_in_op(model, state, kw) -> bool:
+    """Greedy prompt lookup runs its rounds inside the op (fast_lookup.FastLookup), unless patch(multi_token=False)
+    asked for one pass per launch; sampling and an assistant model keep Transformers' loop."""
+    config = _merged_config(model, kw)
+    return (kw.get("assistant_model") is None and config.prompt_lookup_num_tokens is not None
+            and not config.do_sample and state.multi_token_option is not False)
 
 
 def _hand_over(model, state, out, made: bool, continued: bool):

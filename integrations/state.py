@@ -49,6 +49,8 @@ class PatchState:
     trusted: bool = False   # inside generate(): the wrapper checked mask, positions and weights once
     quiet: bool = False     # inside a generate() the wrapper already sent to PyTorch (and warned about)
     assisted_prompt: int | None = None  # inside an assisted generate() on the op: its prompt's length (assisted.py)
+    lookup_rounds: int | None = None    # rounds of the last greedy prompt lookup run in the op (fast_lookup.py)
+    lookup_fallback: str | None = None  # why the last greedy prompt lookup ran Transformers' loop instead (or None)
     fp8_originals: dict = field(default_factory=dict)  # patch(weights="fp8"): module path -> the BF16 nn.Linear
     fp8_forwards: list = field(default_factory=list)   # FP8 layers given a dequantizing forward for prefill
 

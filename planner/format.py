@@ -36,6 +36,28 @@ On a flagged arena (CUDA flag hand-offs, whose one-row kernels advance only ARGM
 rows hands off by counters: its waits on every other counter take state[ROWS_PASSES] + 1 as the epoch, it adds 1
 to ROWS_PASSES, and its rows lie 2 * row_bytes into the arena, past the flagged words of row 0.
 
+Prompt lookup (the op tiles::prompt_lookup). One launch runs rounds of greedy prompt lookup over a token history
+h[0 .. n) (int64, the prompt and every accepted token; the launch appends to it in place), n = `length` at the
+start, until it has accepted `budget` tokens (1..MAX_LOOKUP_TOKENS), accepted an EOS id, or the cache has no room.
+The KV cache holds positions 0 .. n - 2; h[n - 1] is the last accepted token. A round:
+  1. Draft (Transformers' PromptLookupCandidateGenerator for greedy, no logits processors): for g from
+     min(ngram, n - 1) down to 1, the first idx (ascending, 0 <= idx <= n - g) with h[idx .. idx + g) equal to
+     h[n - g .. n) and start = idx + g < end = min(start + draft_tokens, n) gives the draft h[start .. end), cut
+     before its first EOS id (cut to nothing: no draft); no match: no draft. The draft is then cut to the cache's
+     room (n + m <= max_cache_len).
+  2. Fit: a round accepts at most m + 1 tokens. If the launch has accepted a > 0 tokens and a + m + 1 > budget, the
+     launch ends before this round (the next launch runs it unchanged); the launch's first round cuts its draft to
+     budget - 1. So the rounds do not depend on where launches end.
+  3. The pass: rows h[n - 1], draft[0 .. m) at positions n - 1 .. n - 1 + m (a verify pass, "Rows" above).
+  4. Accept: j = the length of the longest prefix of the draft equal to the rows' tokens (the argmaxes t[0 .. j)),
+     the accepted tokens t[0 .. j] (j + 1: the matched draft and the bonus token), cut after the first EOS id; they
+     are appended to h and the outputs, n grows by their count. Cache rows beyond the new n - 2 keep a rejected
+     draft's K/V and are never attended.
+The op returns the accepted tokens (budget int64, -1 after the last) and the rounds (passes) it ran; the epoch
+advances by 1 per pass. On CUDA one launch of the rows kernel runs every round: the ARGMAX tile accepts, drafts the
+next round and publishes its rows in the state's LOOKUP_* words before its signal; every worker waits for that
+signal before its next pass's tiles.
+
 Ops (buffers named by id into the buffer table; "row r" means output row r of the tile's weight):
   EMBED    x[out_buf][:] = float(weight[token]) where token = input_ids[0] at step 0, else tokens[s-1].
   QKV      h = rmsnorm(in_buf fp32, norm weight, eps) as bf16 (HF order: bf16(x*rsqrt(mean(x^2)+eps)) * w);
@@ -111,6 +133,10 @@ MAX_STEPS = 64  # tokens per launch in multi-token mode
 # tile applied to all R rows. A plan's arena holds max_rows rows (the header); MAX_ROWS bounds every plan's.
 MAX_ROWS = 8
 MAX_EOS = 8
+# Prompt lookup (the op tiles::prompt_lookup, "Prompt lookup" above): tokens one launch accepts at most, and the
+# longest n-gram its drafting matches (Transformers' max_matching_ngram_size; its default is 2).
+MAX_LOOKUP_TOKENS = 64
+MAX_LOOKUP_NGRAM = 8
 STATE_HEADER_WORDS = 32
 COUNTER_STRIDE_WORDS = 32  # one 128-byte line per counter: pollers do not share lines with writers
 # Elements (positions x head_dim) of K (and of V) an ATTN tile stages per chunk in the CUDA kernel. The planner's
@@ -212,7 +238,15 @@ class StateWord(enum.IntEnum):
     # Passes of several rows run on a flagged arena (the CUDA rows kernel, which hands off by counters, while the
     # one-row flag kernels advance only ARGMAX's counter): the epoch of every other counter there. 0 elsewhere.
     ROWS_PASSES = 9
+    # Prompt lookup on CUDA ("Prompt lookup" above): the next pass of the launch as its ARGMAX tile publishes it, read
+    # by every worker once ARGMAX's counter reached the pass's epoch. LOOKUP_ROWS: its rows (0: the launch ends);
+    # LOOKUP_POS: its first position; LOOKUP_IDS .. LOOKUP_IDS + MAX_ROWS - 1: its input ids.
+    LOOKUP_ROWS = 10
+    LOOKUP_POS = 11
+    LOOKUP_IDS = 12
 
+
+assert StateWord.LOOKUP_IDS + MAX_ROWS <= STATE_HEADER_WORDS, "the LOOKUP_IDS words lie in the state's header"
 
 # ERROR_COUNTER of a WAIT_TIMEOUT raised by a poll of flagged input words (the flag hand-off kernels: the value
 # carries its epoch, no counter; ERROR_SEEN / ERROR_WANTED are then the epoch bits seen and awaited).
@@ -540,6 +574,8 @@ def _render_constants() -> list[str]:
         f"constexpr int32_t kMaxSteps = {MAX_STEPS};",
         f"constexpr int32_t kMaxRows = {MAX_ROWS};",
         f"constexpr int32_t kMaxEos = {MAX_EOS};",
+        f"constexpr int32_t kMaxLookupTokens = {MAX_LOOKUP_TOKENS};",
+        f"constexpr int32_t kMaxLookupNgram = {MAX_LOOKUP_NGRAM};",
         f"constexpr int32_t kStateHeaderWords = {STATE_HEADER_WORDS};",
         f"constexpr int32_t kCounterStrideWords = {COUNTER_STRIDE_WORDS};",
         f"constexpr int32_t kAttnChunkElems = {ATTN_CHUNK_ELEMS};",

@@ -1,4 +1,4 @@
-"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, sample_logits,
+"""Python face of torch.ops.tiles: the fake (meta) kernels for torch.compile (decode_step, prompt_lookup, sample_logits,
 read_checksum, and the names ops describe_tiles / describe_error).
 
 Callers go through tiles_ext.runtime.TileRuntime.step, which owns the plan tensor, scratch and state.
@@ -63,6 +63,22 @@ def _decode_step_fake(plan, plan_header, weights, k_cache, v_cache, scratch, sta
     logits = plan.new_empty((num_steps * rows, vocab), dtype=torch.float32)
     tokens = plan.new_empty((num_steps * rows,), dtype=torch.int64)
     return logits, tokens
+
+
+@torch.library.register_fake("tiles::prompt_lookup")
+def _prompt_lookup_fake(plan, plan_header, weights, k_cache, v_cache, scratch, state, history, length,
+                        rope_inv_freq, rope_scale, draft_tokens, ngram, budget, eos_ids):
+    # Shapes and dtypes only: the accepted tokens ([budget], -1 after the last) and the rounds run ([1]).
+    max_rows = int(plan_header[_H["max_rows"]])
+    torch._check(1 <= draft_tokens <= max_rows - 1,
+                 lambda: f"draft_tokens {draft_tokens} outside 1..{max_rows - 1} (the plan's max_rows - 1)")
+    torch._check(1 <= ngram <= fmt.MAX_LOOKUP_NGRAM, lambda: f"ngram {ngram} outside 1..{fmt.MAX_LOOKUP_NGRAM}")
+    torch._check(1 <= budget <= fmt.MAX_LOOKUP_TOKENS,
+                 lambda: f"budget {budget} outside 1..{fmt.MAX_LOOKUP_TOKENS}")
+    torch._check(history.dtype == torch.int64 and history.dim() == 1,
+                 lambda: f"history {history.dtype} {tuple(history.shape)}, expected [N] int64")
+    torch._check(len(eos_ids) <= fmt.MAX_EOS, lambda: f"{len(eos_ids)} eos ids, at most {fmt.MAX_EOS}")
+    return plan.new_empty((budget,), dtype=torch.int64), plan.new_empty((1,), dtype=torch.int64)
 
 
 @torch.library.register_fake("tiles::sample_logits")

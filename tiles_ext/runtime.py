@@ -44,7 +44,8 @@ def _kernel_constants() -> dict:
     """What the compiled library offers (csrc/tiles_op.cpp): flags = a CUDA kernel that hands off by flag-in-data
     words too (for every shape it runs)."""
     mod = importlib.import_module("tiles_ext._C")
-    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1))}
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1)),
+            "cuda_prompt_lookup": bool(getattr(mod, "CUDA_PROMPT_LOOKUP", 0))}
 
 
 def attn_warps_fit(header: dict) -> bool:
@@ -114,6 +115,14 @@ class TileRuntime:
         return min(rows, _kernel_constants()["cuda_max_rows"])
 
     @property
+    def lookup_in_op(self) -> bool:
+        """Whether tiles::prompt_lookup runs here: the CPU executor, or CUDA's prompt-lookup kernels (BF16 plans of
+        several rows, as the rows kernels)."""
+        if self.device.type != "cuda":
+            return self.max_rows >= 2
+        return self.max_rows >= 2 and _kernel_constants()["cuda_prompt_lookup"]
+
+    @property
     def flagged(self) -> bool:
         """The scratch arena has the flagged layout (flag hand-offs): every element with its epoch."""
         return self.handoff == "flags"
@@ -129,6 +138,15 @@ class TileRuntime:
             self.plan_tensor, self.header, weights, k_cache, v_cache, self.scratch, self.state,
             input_ids, position, inv_freq, float(rope_scale), int(num_steps), [int(e) for e in eos_ids],
             int(order_seed), sampler)
+
+    def prompt_lookup(self, weights, k_cache, v_cache, history, length: int, inv_freq, rope_scale: float,
+                      draft_tokens: int, budget: int, eos_ids=(), ngram: int = 2):
+        """Rounds of greedy prompt lookup in one launch (planner/format.py "Prompt lookup"): history (int64, on the
+        device) holds the sequence's `length` ids so far and gains the accepted ones; the cache holds positions
+        0 .. length - 2. Returns (tokens int64 [budget], -1 after the last accepted; rounds int64 [1])."""
+        return torch.ops.tiles.prompt_lookup(
+            self.plan_tensor, self.header, weights, k_cache, v_cache, self.scratch, self.state, history, int(length),
+            inv_freq, float(rope_scale), int(draft_tokens), int(ngram), int(budget), [int(e) for e in eos_ids])
 
     def check_error(self) -> None:
         """Raise TileKernelError if a launch recorded an error in the state (host sync: call where the caller

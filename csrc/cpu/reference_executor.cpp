@@ -9,6 +9,7 @@
 // worker can advance is the CPU analogue of the GPU's spin-wait timeout and raises naming the worker and tile.
 // A launch of R > 1 input ids is one step of R rows (a verify pass, planner/format.py "Rows"): each tile runs once
 // for all of them.
+// tiles::prompt_lookup runs its rounds here too (prompt_lookup_cpu): each round's pass is one such R-row step.
 // With a sampler tensor the ARGMAX tile picks the step's token with the reference sampler (sampler_cpu.h) from the
 // logits row its LMHEAD tiles wrote, and sets its seen bit.
 #include <cmath>
@@ -26,6 +27,7 @@
 #include "cpu/plan_view.h"
 #include "cpu/sampler_cpu.h"
 #include "cpu/tile_ops.h"
+#include "lookup_rule.h"
 #include "op_checks.h"
 #include "plan_names.h"
 
@@ -399,9 +401,107 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
   return {logits, tokens};
 }
 
+// Every id of history[0, length) inside the vocabulary: the drafts and the first pass's row come from there.
+void check_history_tokens(const Header& h, const int64_t* hist, int64_t length) {
+  for (int64_t i = 0; i < length; ++i) {
+    TORCH_CHECK(hist[i] >= 0 && hist[i] < h.vocab, "tiles::prompt_lookup: history[", i, "] = ", hist[i],
+                " is outside the vocabulary [0, ", h.vocab, ")");
+  }
+}
+
+// One launch of greedy prompt lookup (planner/format.py "Prompt lookup"): the rounds' drafts, fits and acceptance
+// by lookup_rule.h, each round's pass one R-row step of the executor.
+class LookupLaunch {
+ public:
+  LookupLaunch(const PlanView& view, const LaunchIO& io, int32_t* state, int64_t* history, int64_t length,
+               const float* inv_freq, float rope_scale, c10::IntArrayRef eos_ids, int64_t* tokens)
+      : view_(view), io_(io), state_(state), hist_(history), n_(int32_t(length)), inv_freq_(inv_freq),
+        rope_scale_(rope_scale), eos_(eos_ids.begin(), eos_ids.end()), tokens_(tokens),
+        logits_(size_t(kMaxRows) * view.h.vocab) {}
+
+  // Rounds until the budget, an EOS id or the cache's room ends the launch; returns the rounds run.
+  int64_t run(int32_t draft_tokens, int32_t ngram, int32_t budget, int64_t max_len) {
+    int64_t rounds = 0;
+    for (bool stop = false; !stop; ++rounds) {
+      const lookup::Draft d = lookup::find_draft(hist_, n_, ngram, draft_tokens, eos_.data(), num_eos());
+      const int32_t m = lookup::fit_draft(d.len, n_, max_len, accepted_, budget);
+      if (m < 0) break;
+      stop = run_round(d.start, m, max_len);
+    }
+    return rounds;
+  }
+
+ private:
+  int32_t num_eos() const { return int32_t(eos_.size()); }
+
+  // The pass of h[n - 1] and the draft h[start, start + m), then its accepted tokens appended to the history and the
+  // outputs; true where an EOS id ends the launch.
+  bool run_round(int32_t start, int32_t m, int64_t max_len) {
+    const int64_t rows = m + 1, pos = n_ - 1;
+    ids_[0] = hist_[pos];
+    for (int32_t i = 0; i < m; ++i) ids_[1 + i] = hist_[start + i];
+    check_launch(view_, state_, pos, ids_, rows, 1, max_len);
+    const LaunchArgs args{1, rows, pos, ids_, inv_freq_, rope_scale_, c10::IntArrayRef(), logits_.data(), picks_,
+                          0, view_.h.scratch_bytes, nullptr};
+    Executor(view_, io_, state_, args).run();
+    const int32_t a = lookup::accepted_count(ids_ + 1, picks_, m, eos_.data(), num_eos());
+    for (int32_t i = 0; i < a; ++i) {
+      hist_[n_ + i] = picks_[i];
+      tokens_[accepted_ + i] = picks_[i];
+    }
+    n_ += a;
+    accepted_ += a;
+    return lookup::is_eos(picks_[a - 1], eos_.data(), num_eos());
+  }
+
+  const PlanView& view_;
+  const LaunchIO& io_;
+  int32_t* state_;
+  int64_t* hist_;
+  int32_t n_;
+  int32_t accepted_ = 0;
+  const float* inv_freq_;
+  float rope_scale_;
+  std::vector<int32_t> eos_;
+  int64_t* tokens_;
+  std::vector<float> logits_;  // the pass's logits rows (not returned: the tokens are)
+  int64_t ids_[kMaxRows];      // the pass's input ids
+  int64_t picks_[kMaxRows];    // its tokens, one per row
+};
+
+std::tuple<at::Tensor, at::Tensor> prompt_lookup_cpu(const at::Tensor& plan, c10::IntArrayRef plan_header,
+                                                     at::TensorList weights, at::TensorList k_cache,
+                                                     at::TensorList v_cache, const at::Tensor& scratch,
+                                                     const at::Tensor& state, const at::Tensor& history,
+                                                     int64_t length, const at::Tensor& rope_inv_freq,
+                                                     double rope_scale, int64_t draft_tokens, int64_t ngram,
+                                                     int64_t budget, c10::IntArrayRef eos_ids) {
+  const Header h = header_from_list(plan_header);
+  check_prompt_lookup_args(h, plan, weights, k_cache, v_cache, scratch, state, history, length, rope_inv_freq,
+                           draft_tokens, ngram, budget, eos_ids, c10::Device(c10::kCPU));
+  int64_t* hist = history.data_ptr<int64_t>();
+  check_history_tokens(h, hist, length);
+  const PlanView view = view_plan(plan.data_ptr<int32_t>(), plan.numel(), h);
+  const int64_t max_len = max_cache_len(k_cache);
+  auto tokens = at::full({budget}, -1, at::TensorOptions().dtype(at::kLong));
+  auto rounds = at::zeros({1}, at::TensorOptions().dtype(at::kLong));
+  const LaunchPointers ptrs(h, weights, k_cache, v_cache);
+  float eps;
+  std::memcpy(&eps, &h.eps_bits, 4);
+  const LaunchIO io{&view,          scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.scales.data(),
+                    ptrs.k_cache.data(), ptrs.v_cache.data(),       max_len,             eps};
+  LookupLaunch launch(view, io, state.data_ptr<int32_t>(), hist, length, rope_inv_freq.data_ptr<float>(),
+                      float(rope_scale), eos_ids, tokens.data_ptr<int64_t>());
+  rounds[0] = launch.run(int32_t(draft_tokens), int32_t(ngram), int32_t(budget), max_len);
+  return {tokens, rounds};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(tiles, CPU, m) { m.impl("decode_step", &decode_step_cpu); }
+TORCH_LIBRARY_IMPL(tiles, CPU, m) {
+  m.impl("decode_step", &decode_step_cpu);
+  m.impl("prompt_lookup", &prompt_lookup_cpu);
+}
 
 }  // namespace cpu
 }  // namespace tiles

@@ -11,6 +11,8 @@ constexpr int32_t kAbiVersion = 1;
 constexpr int32_t kMaxSteps = 64;
 constexpr int32_t kMaxRows = 8;
 constexpr int32_t kMaxEos = 8;
+constexpr int32_t kMaxLookupTokens = 64;
+constexpr int32_t kMaxLookupNgram = 8;
 constexpr int32_t kStateHeaderWords = 32;
 constexpr int32_t kCounterStrideWords = 32;
 constexpr int32_t kAttnChunkElems = 8192;
@@ -56,6 +58,9 @@ constexpr int32_t kStateErrorSeen = 6;
 constexpr int32_t kStateErrorWanted = 7;
 constexpr int32_t kStateStepsDone = 8;
 constexpr int32_t kStateRowsPasses = 9;
+constexpr int32_t kStateLookupRows = 10;
+constexpr int32_t kStateLookupPos = 11;
+constexpr int32_t kStateLookupIds = 12;
 
 // ErrorCode
 constexpr int32_t kErrorOk = 0;
