@@ -210,6 +210,19 @@ void check_small_args(const Header& h, const at::Tensor& input_ids, const at::Te
   }
 }
 
+// The plan and the tensors it addresses (weights, K/V caches, scratch arena, state), as every op that runs a plan
+// takes them; `op` names the op in the errors.
+void check_plan_tensors(const char* op, const Header& h, const at::Tensor& plan, at::TensorList weights,
+                        at::TensorList k_cache, at::TensorList v_cache, const at::Tensor& scratch,
+                        const at::Tensor& state, c10::Device device) {
+  check_tensor(plan, "plan", at::kInt, device);
+  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, op, ": plan has shape ", shape_str(plan),
+              ", expected [", h.total_words, "] (total_words in plan_header)");
+  check_weights(h, weights, device);
+  check_caches(h, k_cache, v_cache, device);
+  check_arena_and_state(h, scratch, state, device);
+}
+
 }  // namespace
 
 Header header_from_list(c10::IntArrayRef plan_header) {
@@ -224,12 +237,7 @@ void check_decode_step_args(const Header& h, const at::Tensor& plan, at::TensorL
                             at::TensorList v_cache, const at::Tensor& scratch, const at::Tensor& state,
                             const at::Tensor& input_ids, const at::Tensor& position, const at::Tensor& rope_inv_freq,
                             int64_t num_steps, c10::IntArrayRef eos_ids, c10::Device device) {
-  check_tensor(plan, "plan", at::kInt, device);
-  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, "tiles::decode_step: plan has shape ",
-              shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
-  check_weights(h, weights, device);
-  check_caches(h, k_cache, v_cache, device);
-  check_arena_and_state(h, scratch, state, device);
+  check_plan_tensors("tiles::decode_step", h, plan, weights, k_cache, v_cache, scratch, state, device);
   check_small_args(h, input_ids, position, rope_inv_freq, num_steps, eos_ids, device);
 }
 
@@ -238,12 +246,7 @@ void check_prompt_lookup_args(const Header& h, const at::Tensor& plan, at::Tenso
                               const at::Tensor& state, const at::Tensor& history, int64_t length,
                               const at::Tensor& rope_inv_freq, int64_t draft_tokens, int64_t ngram, int64_t budget,
                               c10::IntArrayRef eos_ids, c10::Device device) {
-  check_tensor(plan, "plan", at::kInt, device);
-  TORCH_CHECK(plan.dim() == 1 && plan.numel() == h.total_words, "tiles::prompt_lookup: plan has shape ",
-              shape_str(plan), ", expected [", h.total_words, "] (total_words in plan_header)");
-  check_weights(h, weights, device);
-  check_caches(h, k_cache, v_cache, device);
-  check_arena_and_state(h, scratch, state, device);
+  check_plan_tensors("tiles::prompt_lookup", h, plan, weights, k_cache, v_cache, scratch, state, device);
   TORCH_CHECK(h.max_rows >= 2, "tiles::prompt_lookup: the plan decodes ", h.max_rows, " row per pass (its "
               "max_rows); prompt lookup verifies a draft in one pass of several rows: build the plan with max_rows "
               ">= 2");
