@@ -181,6 +181,19 @@ void check_arena_and_state(const Header& h, const at::Tensor& scratch, const at:
 }
 
 // The token, the position, the RoPE frequencies, the step count and the EOS ids.
+// The RoPE table and the EOS ids, as every op that decodes takes them; `op` names the op in the errors.
+void check_rope_and_eos(const char* op, const Header& h, const at::Tensor& rope_inv_freq, c10::IntArrayRef eos_ids,
+                        c10::Device device) {
+  check_tensor(rope_inv_freq, "rope_inv_freq", at::kFloat, device);
+  TORCH_CHECK(rope_inv_freq.dim() == 1 && rope_inv_freq.size(0) == h.head_dim / 2, op, ": rope_inv_freq has shape ",
+              shape_str(rope_inv_freq), ", expected [", h.head_dim / 2, "] (head_dim / 2)");
+  TORCH_CHECK(static_cast<int64_t>(eos_ids.size()) <= kMaxEos, op, ": ", eos_ids.size(), " eos_ids given, at most ",
+              kMaxEos, " supported");
+  for (int64_t e : eos_ids) {
+    TORCH_CHECK(e >= 0 && e < h.vocab, op, ": eos id ", e, " outside the vocabulary [0, ", h.vocab, ")");
+  }
+}
+
 void check_small_args(const Header& h, const at::Tensor& input_ids, const at::Tensor& position,
                       const at::Tensor& rope_inv_freq, int64_t num_steps, c10::IntArrayRef eos_ids,
                       c10::Device device) {
@@ -196,18 +209,9 @@ void check_small_args(const Header& h, const at::Tensor& input_ids, const at::Te
   check_tensor(position, "position", at::kLong, device);
   TORCH_CHECK(position.numel() == 1, "tiles::decode_step: position has shape ", shape_str(position),
               ", expected one element");
-  check_tensor(rope_inv_freq, "rope_inv_freq", at::kFloat, device);
-  TORCH_CHECK(rope_inv_freq.dim() == 1 && rope_inv_freq.size(0) == h.head_dim / 2,
-              "tiles::decode_step: rope_inv_freq has shape ", shape_str(rope_inv_freq), ", expected [",
-              h.head_dim / 2, "] (head_dim / 2)");
   TORCH_CHECK(num_steps >= 1 && num_steps <= kMaxSteps, "tiles::decode_step: num_steps ", num_steps,
               " outside 1..", kMaxSteps);
-  TORCH_CHECK(static_cast<int64_t>(eos_ids.size()) <= kMaxEos, "tiles::decode_step: ", eos_ids.size(),
-              " eos_ids given, at most ", kMaxEos, " supported");
-  for (int64_t e : eos_ids) {
-    TORCH_CHECK(e >= 0 && e < h.vocab, "tiles::decode_step: eos id ", e, " outside the vocabulary [0, ", h.vocab,
-                ")");
-  }
+  check_rope_and_eos("tiles::decode_step", h, rope_inv_freq, eos_ids, device);
 }
 
 // The plan and the tensors it addresses (weights, K/V caches, scratch arena, state), as every op that runs a plan
@@ -270,16 +274,7 @@ void check_prompt_lookup_args(const Header& h, const at::Tensor& plan, at::Tenso
   const int64_t max_len = max_cache_len(k_cache);
   TORCH_CHECK(length <= max_len, "tiles::prompt_lookup: KV cache full: the first round's pass writes position ",
               length - 1, " but max_cache_len is ", max_len, " (allocate a larger StaticCache)");
-  check_tensor(rope_inv_freq, "rope_inv_freq", at::kFloat, device);
-  TORCH_CHECK(rope_inv_freq.dim() == 1 && rope_inv_freq.size(0) == h.head_dim / 2,
-              "tiles::prompt_lookup: rope_inv_freq has shape ", shape_str(rope_inv_freq), ", expected [",
-              h.head_dim / 2, "] (head_dim / 2)");
-  TORCH_CHECK(static_cast<int64_t>(eos_ids.size()) <= kMaxEos, "tiles::prompt_lookup: ", eos_ids.size(),
-              " eos_ids given, at most ", kMaxEos, " supported");
-  for (int64_t e : eos_ids) {
-    TORCH_CHECK(e >= 0 && e < h.vocab, "tiles::prompt_lookup: eos id ", e, " outside the vocabulary [0, ", h.vocab,
-                ")");
-  }
+  check_rope_and_eos("tiles::prompt_lookup", h, rope_inv_freq, eos_ids, device);
 }
 
 void check_sampler(const Header& h, const at::Tensor& sampler, c10::Device device) {

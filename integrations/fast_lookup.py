@@ -89,7 +89,7 @@ class FastLookup(FastGreedy):
         problem = lookup_problem(self.state, generation_config, logits_processor)
         plan = None if problem else self._limits(input_ids, logits_processor, stopping_criteria, generation_config,
                                                  synced_gpus, model_kwargs)
-        if plan is not None and not problem:
+        if plan is not None:
             problem = self._room_problem(model_kwargs[self.state.cache_field], plan[0],
                                          generation_config.prompt_lookup_num_tokens)
             plan = None if problem else plan
@@ -125,7 +125,7 @@ class FastLookup(FastGreedy):
         prompt = input_ids[0].tolist()
         got = self._first_round(prompt, first, cache, k, ngram, eos_ids, max_length)
         self._stream(streamer, got, input_ids.device)
-        history = torch.empty(max_length + fmt.MAX_LOOKUP_TOKENS, dtype=torch.long, device=decoder.device)
+        history = torch.empty(max_length, dtype=torch.long, device=decoder.device)  # n + budget <= max_length
         history[:len(prompt) + len(got)] = torch.tensor(prompt + got, dtype=torch.long)
         n, rounds, eos = len(prompt) + len(got), 1, set(eos_ids)
         while got[-1] not in eos and n < max_length:

@@ -358,6 +358,14 @@ struct LaunchPointers {
   }
 };
 
+// What every launch reads and writes besides its arguments: the plan, the scratch arena, the weights and caches.
+LaunchIO launch_io(const PlanView& view, const LaunchPointers& ptrs, const at::Tensor& scratch, int64_t max_len) {
+  float eps;
+  std::memcpy(&eps, &view.h.eps_bits, 4);
+  return LaunchIO{&view,          scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.scales.data(),
+                  ptrs.k_cache.data(), ptrs.v_cache.data(),       max_len,             eps};
+}
+
 std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::IntArrayRef plan_header,
                                                    at::TensorList weights, at::TensorList k_cache,
                                                    at::TensorList v_cache, const at::Tensor& scratch,
@@ -390,10 +398,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cpu(const at::Tensor& plan, c10::
                          at::TensorOptions().dtype(at::kFloat));
   auto tokens = at::full({num_steps * rows}, -1, at::TensorOptions().dtype(at::kLong));
   const LaunchPointers ptrs(h, weights, k_cache, v_cache);
-  float eps;
-  std::memcpy(&eps, &h.eps_bits, 4);
-  const LaunchIO io{&view,          scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.scales.data(),
-                    ptrs.k_cache.data(), ptrs.v_cache.data(),       max_len,             eps};
+  const LaunchIO io = launch_io(view, ptrs, scratch, max_len);
   const LaunchArgs args{num_steps, rows, pos, input_tokens, rope_inv_freq.data_ptr<float>(), float(rope_scale), eos_ids,
                         logits.data_ptr<float>(), tokens.data_ptr<int64_t>(), uint64_t(order_seed), h.scratch_bytes,
                         sampler_words};
@@ -486,10 +491,7 @@ std::tuple<at::Tensor, at::Tensor> prompt_lookup_cpu(const at::Tensor& plan, c10
   auto tokens = at::full({budget}, -1, at::TensorOptions().dtype(at::kLong));
   auto rounds = at::zeros({1}, at::TensorOptions().dtype(at::kLong));
   const LaunchPointers ptrs(h, weights, k_cache, v_cache);
-  float eps;
-  std::memcpy(&eps, &h.eps_bits, 4);
-  const LaunchIO io{&view,          scratch.data_ptr<uint8_t>(), ptrs.weights.data(), ptrs.scales.data(),
-                    ptrs.k_cache.data(), ptrs.v_cache.data(),       max_len,             eps};
+  const LaunchIO io = launch_io(view, ptrs, scratch, max_len);
   LookupLaunch launch(view, io, state.data_ptr<int32_t>(), hist, length, rope_inv_freq.data_ptr<float>(),
                       float(rope_scale), eos_ids, tokens.data_ptr<int64_t>());
   rounds[0] = launch.run(int32_t(draft_tokens), int32_t(ngram), int32_t(budget), max_len);
