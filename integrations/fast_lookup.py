@@ -65,8 +65,7 @@ def lookup_problem(state, generation_config, logits_processor) -> str | None:
     if k is None or generation_config.do_sample:
         return "not greedy prompt lookup"
     if not state.decoder.runtime.lookup_in_op:
-        return (f"this plan on {state.decoder.device} (no prompt-lookup kernel there: Transformers' loop verifies "
-                f"each round in one pass of the op)")
+        return f"this plan on {state.decoder.device} (its rows kernels do not run prompt lookup)"
     if k > rows - 1:
         return f"prompt_lookup_num_tokens={k} (a round's pass holds at most {rows - 1} draft tokens here)"
     ngram = generation_config.max_matching_ngram_size or DEFAULT_NGRAM

@@ -54,8 +54,8 @@ The KV cache holds positions 0 .. n - 2; h[n - 1] is the last accepted token. A 
      are appended to h and the outputs, n grows by their count. Cache rows beyond the new n - 2 keep a rejected
      draft's K/V and are never attended.
 The op returns the accepted tokens (budget int64, -1 after the last) and the rounds (passes) it ran; the epoch
-advances by 1 per pass. The CPU reference executor runs it. The CUDA prompt-lookup kernel, on branch `lookup` until
-its first GPU run (docs/design/prompt-lookup-in-kernel.md), runs every round in one launch of the rows kernel: the
+advances by 1 per pass. The CPU reference executor runs it. The CUDA prompt-lookup kernel (docs/design/prompt-lookup-in-kernel.md)
+runs every round in one launch of the rows kernel: the
 ARGMAX tile accepts, drafts the next round and publishes its rows in the state's LOOKUP_* words before its signal;
 every worker waits for that signal before its next pass's tiles.
 
@@ -239,7 +239,7 @@ class StateWord(enum.IntEnum):
     # Passes of several rows run on a flagged arena (the CUDA rows kernel, which hands off by counters, while the
     # one-row flag kernels advance only ARGMAX's counter): the epoch of every other counter there. 0 elsewhere.
     ROWS_PASSES = 9
-    # Prompt lookup on CUDA ("Prompt lookup" above; the kernel on branch `lookup`): the next pass of the launch as its ARGMAX tile publishes it, read
+    # Prompt lookup on CUDA ("Prompt lookup" above): the next pass of the launch as its ARGMAX tile publishes it, read
     # by every worker once ARGMAX's counter reached the pass's epoch. LOOKUP_ROWS: its rows (0: the launch ends);
     # LOOKUP_POS: its first position; LOOKUP_IDS .. LOOKUP_IDS + MAX_ROWS - 1: its input ids.
     LOOKUP_ROWS = 10

@@ -156,7 +156,8 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
     from tiles_ext.planner import format as fmt
     variants = [("counters", ""), ("flags", ""), ("counters", "_fp8")]
     rows = {p.name for p in CUDA_DIR.glob("decode_kernel_rows_*.cu")}
-    names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")} - rows
+    lookups = {p.name for p in CUDA_DIR.glob("decode_kernel_lookup_*.cu")}
+    names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")} - rows - lookups
     assert names == {f"decode_kernel_{h}_hd{hd}{f}{s}.cu" for h, f in variants for hd in fmt.ATTN_WARPS_HEAD_DIMS
                      for s in ("", "_sampler")}
     # The rows kernels (a pass of several rows, decode_rows.cuh): one per head_dim, counter hand-offs, BF16.
@@ -166,6 +167,13 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
         text = (CUDA_DIR / n).read_text()
         assert f"#define TILE_HEAD_DIM {hd}\n" in text and "#define TILE_ROWS 1\n" in text, n
         assert f"#define TILE_VARIANT(name) decode_rows_hd{hd}_##name" in text, n
+    # The prompt-lookup kernels (every round of tiles::prompt_lookup, decode_rows.cuh with TILE_LOOKUP): the same.
+    assert lookups == {f"decode_kernel_lookup_hd{hd}.cu" for hd in fmt.ATTN_WARPS_HEAD_DIMS}
+    for n in lookups:
+        hd = re.fullmatch(r"decode_kernel_lookup_hd(\d+)\.cu", n).group(1)
+        text = (CUDA_DIR / n).read_text()
+        assert f"#define TILE_HEAD_DIM {hd}\n" in text and "#define TILE_LOOKUP 1\n" in text, n
+        assert f"#define TILE_VARIANT(name) decode_lookup_hd{hd}_##name" in text, n
     assert set(HEAD_DIMS) <= set(fmt.ATTN_WARPS_HEAD_DIMS)
     for n in names:
         handoff, hd, fp8, sampler = re.fullmatch(r"decode_kernel_(counters|flags)_hd(\d+)(_fp8)?(_sampler)?\.cu",
@@ -178,7 +186,9 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
         assert ("#define TILE_FP8 1" in text) == bool(fp8), n
     header = (CUDA_DIR / "decode_kernel.h").read_text()
     for entry in ("decode_rows_hd##HD##_set_smem_limit(bytes)", "decode_rows_hd##HD##_blocks_per_sm(smem_bytes",
-                  "decode_rows_hd##HD##_launch(p, stream)", "TILE_DECLARE_KERNEL(decode_rows_hd##HD)"):
+                  "decode_rows_hd##HD##_launch(p, stream)", "TILE_DECLARE_KERNEL(decode_rows_hd##HD)",
+                  "decode_lookup_hd##HD##_set_smem_limit(bytes)", "decode_lookup_hd##HD##_blocks_per_sm(smem_bytes",
+                  "decode_lookup_hd##HD##_launch(p, stream)", "TILE_DECLARE_KERNEL(decode_lookup_hd##HD)"):
         assert entry in header, entry
     for handoff, fp8 in variants:
         for sampler in ("", "_sampler"):

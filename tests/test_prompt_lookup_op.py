@@ -227,19 +227,6 @@ def test_draft_tokens_over_the_plans_rows_fall_back_with_the_reason():
     assert torch.equal(got, _greedy(main, PROMPT, 12))
 
 
-def test_a_device_without_the_prompt_lookup_kernel_keeps_transformers_loop_and_says_so():
-    """On CUDA (no prompt-lookup kernel in this build) the rounds run Transformers' loop, each verified on the op."""
-    from types import SimpleNamespace
-    from tiles_ext.integrations.fast_lookup import lookup_problem
-    from transformers import GenerationConfig
-    runtime = SimpleNamespace(max_rows=8, lookup_in_op=False)
-    state = SimpleNamespace(decoder=SimpleNamespace(runtime=runtime, device=torch.device("cuda")))
-    why = lookup_problem(state, GenerationConfig(prompt_lookup_num_tokens=3), None)
-    assert why is not None and "cuda" in why and "Transformers' loop" in why
-    runtime.lookup_in_op = True
-    assert lookup_problem(state, GenerationConfig(prompt_lookup_num_tokens=3), None) is None
-
-
 def test_the_drafting_rule_is_transformers():
     """find_draft (the op's rule, in Python) against Transformers' PromptLookupCandidateGenerator itself."""
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator

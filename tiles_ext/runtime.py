@@ -44,7 +44,8 @@ def _kernel_constants() -> dict:
     """What the compiled library offers (csrc/tiles_op.cpp): flags = a CUDA kernel that hands off by flag-in-data
     words too (for every shape it runs)."""
     mod = importlib.import_module("tiles_ext._C")
-    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1))}
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1)),
+            "cuda_prompt_lookup": bool(getattr(mod, "CUDA_PROMPT_LOOKUP", 0))}
 
 
 def attn_warps_fit(header: dict) -> bool:
@@ -115,10 +116,11 @@ class TileRuntime:
 
     @property
     def lookup_in_op(self) -> bool:
-        """Whether tiles::prompt_lookup runs here: the CPU executor, on plans of several rows. The CUDA build has no
-        prompt-lookup kernel (it waits on branch `lookup` for its first GPU run): there Transformers' loop verifies
-        each round on the rows kernel."""
-        return self.device.type != "cuda" and self.max_rows >= 2
+        """Whether tiles::prompt_lookup runs here: the CPU executor, or CUDA's prompt-lookup kernels (BF16 plans of
+        several rows, as the rows kernels)."""
+        if self.device.type != "cuda":
+            return self.max_rows >= 2
+        return self.max_rows >= 2 and _kernel_constants()["cuda_prompt_lookup"]
 
     @property
     def flagged(self) -> bool:

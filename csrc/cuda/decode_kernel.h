@@ -129,6 +129,17 @@ struct KernelParams {
   // parameter offsets move.
   int32_t rows;
   int32_t rows_flagged;
+  // Prompt lookup (tiles::prompt_lookup, planner/format.py "Prompt lookup"): lookup_budget > 0 makes the rows kernel
+  // run rounds of draft, pass and acceptance over `history` (lookup_length ids at the start; the accepted tokens are
+  // appended) until lookup_budget tokens are accepted (into `tokens`), an EOS id is, or the cache has no room;
+  // lookup_rounds[0] gets the rounds run. `logits` is then a [kMaxRows, vocab] scratch. After every other field, so
+  // that no other kernel's parameter offsets move.
+  int64_t* history;
+  int64_t* lookup_rounds;
+  int32_t lookup_length;
+  int32_t lookup_budget;
+  int32_t lookup_draft;  // draft tokens per round at most (prompt_lookup_num_tokens)
+  int32_t lookup_ngram;  // the longest n-gram matched (max_matching_ngram_size)
 };
 static_assert(sizeof(KernelParams) <= 32000, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
@@ -331,7 +342,11 @@ TILE_ATTN_HEAD_DIMS(TILE_DECLARE_KERNELS)
 #undef TILE_DECLARE_KERNELS
 // The rows kernels (decode_kernel_rows_hd<head_dim>.cu, decode_rows.cuh): a pass of several rows, counter hand-offs,
 // BF16 plans, no sampler. Kernels of their own, so that the one-row kernels keep their code exactly.
-#define TILE_DECLARE_ROWS_KERNELS(HD) TILE_DECLARE_KERNEL(decode_rows_hd##HD)
+// The prompt-lookup kernels (decode_kernel_lookup_hd<head_dim>.cu: decode_rows.cuh with TILE_LOOKUP) run every
+// round of a tiles::prompt_lookup launch: kernels of their own, so that the rows kernels keep their code.
+#define TILE_DECLARE_ROWS_KERNELS(HD) \
+  TILE_DECLARE_KERNEL(decode_rows_hd##HD) \
+  TILE_DECLARE_KERNEL(decode_lookup_hd##HD)
 TILE_ATTN_HEAD_DIMS(TILE_DECLARE_ROWS_KERNELS)
 #undef TILE_DECLARE_ROWS_KERNELS
 #undef TILE_DECLARE_KERNEL
@@ -431,6 +446,43 @@ inline cudaError_t decode_rows_blocks_per_sm(int32_t smem_bytes, int* blocks) {
 #undef TILE_ROWS_BLOCKS
   *blocks = e == cudaSuccess ? fewest : 0;
   return e;
+}
+
+// The same for the prompt-lookup kernels (the rows kernels' layout: smem_layout_rows).
+inline cudaError_t decode_lookup_set_smem_limit(int32_t bytes) {
+  cudaError_t e = cudaSuccess;
+#define TILE_SET_LOOKUP_LIMIT(HD) \
+  if (e == cudaSuccess) e = decode_lookup_hd##HD##_set_smem_limit(bytes);
+  TILE_ATTN_HEAD_DIMS(TILE_SET_LOOKUP_LIMIT)
+#undef TILE_SET_LOOKUP_LIMIT
+  return e;
+}
+
+inline cudaError_t decode_lookup_blocks_per_sm(int32_t smem_bytes, int* blocks) {
+  cudaError_t e = cudaSuccess;
+  int fewest = 1 << 30;
+#define TILE_LOOKUP_BLOCKS(HD)                                                     \
+  {                                                                                \
+    int n = 0;                                                                     \
+    if (e == cudaSuccess) e = decode_lookup_hd##HD##_blocks_per_sm(smem_bytes, &n); \
+    if (n < fewest) fewest = n;                                                    \
+  }
+  TILE_ATTN_HEAD_DIMS(TILE_LOOKUP_BLOCKS)
+#undef TILE_LOOKUP_BLOCKS
+  *blocks = e == cudaSuccess ? fewest : 0;
+  return e;
+}
+
+inline cudaError_t launch_decode_lookup(const KernelParams& p, cudaStream_t stream) {
+  switch (p.h.head_dim) {
+#define TILE_LAUNCH_LOOKUP(HD) \
+    case HD:                   \
+      return decode_lookup_hd##HD##_launch(p, stream);
+    TILE_ATTN_HEAD_DIMS(TILE_LAUNCH_LOOKUP)
+#undef TILE_LAUNCH_LOOKUP
+    default:
+      return cudaErrorInvalidValue;  // the op refuses other head_dims first (decode_step_cuda.cpp)
+  }
 }
 
 inline cudaError_t launch_decode_rows(const KernelParams& p, cudaStream_t stream) {

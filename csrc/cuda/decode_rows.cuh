@@ -15,10 +15,20 @@
 //   CPU executor): every ATTN tile writes its partials and signals.
 // - No weight staging before the waits and no double-buffered K/V chunks: the one-row kernels' latency devices,
 //   left out of this first version (the design note says why).
+// - Prompt lookup (TILE_LOOKUP, decode_kernel_lookup_hd<head_dim>.cu; tiles::prompt_lookup): one launch runs pass
+//   after pass. Every worker drafts the first round itself (the history is only read until the first ARGMAX); the
+//   ARGMAX tile of each pass accepts (csrc/lookup_rule.h), appends to the history, drafts the next round and
+//   publishes its rows in the state's LOOKUP_* words before its signal; every worker waits for that signal (ARGMAX's
+//   counter at the pass's epoch) and reads them before its next pass's tiles. A kernel of its own, as the rows
+//   kernel is: its loop changed the register allocation of the shared tiles (more spills in the matvec).
+//   docs/design/prompt-lookup-in-kernel.md.
 //
 // Compiled by decode_kernel_rows_hd<head_dim>.cu with TILE_ROWS, TILE_HEAD_DIM and TILE_VARIANT defined.
 #if !defined(TILE_HEAD_DIM) || !defined(TILE_VARIANT) || !defined(TILE_ROWS)
 #error "decode_rows.cuh is compiled through decode_kernel_rows_hd<head_dim>.cu"
+#endif
+#ifndef TILE_LOOKUP
+#define TILE_LOOKUP 0
 #endif
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,6 +37,7 @@
 #include <stdint.h>
 
 #include "cuda/decode_kernel.h"
+#include "lookup_rule.h"
 
 namespace tiles {
 namespace cuda {
@@ -41,6 +52,24 @@ namespace {
 #include "cuda/matvec.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/merge.cuh"
+
+#if TILE_LOOKUP
+// A worker's view of its launch's rounds of prompt lookup (shared memory): the current pass's rows, and where the
+// ARGMAX tile runs, the round's outcome so far.
+struct LookupRound {
+  int64_t ids[kMaxRows];    // the pass's input ids: the last accepted token, then the draft
+  int64_t picks[kMaxRows];  // the pass's tokens, one per row (the ARGMAX tile's worker)
+  int64_t pos;              // the pass's first position
+  int32_t rows;
+  int32_t n;                // history length (the ARGMAX tile's worker: after the pass's acceptance)
+  int32_t accepted;         // tokens this launch accepted so far
+  int32_t rounds;           // passes run so far
+};
+
+// The block's pass (its input ids: EMBED reads them) and prompt lookup's rounds. Beside RowsCtx, not in it: a larger
+// RowsCtx made the matvec and attention tiles spill more.
+__shared__ LookupRound g_round;
+#endif
 
 // What a pass's tiles need beside the plan and the parameters.
 struct RowsCtx {
@@ -97,7 +126,13 @@ __device__ __noinline__ void rows_embed(const KernelParams& p, const Tile& t, co
   const int64_t stride = p.h.row_bytes / 4;
   const uint16_t* row[kMaxRows];
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) row[r] = emb + (r < rc.rows ? __ldg(p.input_ids + r) : 0) * p.h.hidden;
+  for (int r = 0; r < kMaxRows; ++r) {
+#if TILE_LOOKUP
+    row[r] = emb + (r < rc.rows ? g_round.ids[r] : 0) * p.h.hidden;  // the pass's ids, as its ARGMAX published them
+#else
+    row[r] = emb + (r < rc.rows ? __ldg(p.input_ids + r) : 0) * p.h.hidden;
+#endif
+  }
   for (int i = threadIdx.x; i < p.h.hidden; i += kThreads) {
     uint16_t v[kMaxRows];
 #pragma unroll
@@ -403,9 +438,80 @@ __device__ __noinline__ void rows_lmhead_partials(const KernelParams& p, const T
   }
 }
 
-// ARGMAX: every row's token from its LM-head partials (the one-row order), then the pass's end: one step done, the
-// epoch (and on a flagged arena ROWS_PASSES) advanced. Every tile of the pass is an ancestor of this one and every
-// worker read both words at its start, so advancing them here is safe.
+#if TILE_LOOKUP
+// ---------------------------------------------------------------------------------------------------------------
+// Prompt lookup's rounds (planner/format.py "Prompt lookup"; the rules: csrc/lookup_rule.h)
+// ---------------------------------------------------------------------------------------------------------------
+// lookup::find_draft by one warp: lane l tests the matches at idx = base + l, and the lowest matching lane of the first
+// window with any is the first match in ascending order, as the serial rule finds it. The history is read with plain
+// loads: only the ARGMAX tile's worker writes it during the launch (its own L1 sees its writes), and the other workers
+// read only its first n ids, which nobody writes.
+__device__ lookup::Draft warp_find_draft(const int64_t* h, int32_t n, int32_t ngram, int32_t k, const int32_t* eos,
+                                         int32_t num_eos) {
+  const int lane = threadIdx.x & 31;
+  for (int32_t g = lookup::first_ngram(n, ngram); g >= 1; --g) {
+    for (int32_t base = 0; base + g <= n; base += 32) {
+      const int32_t idx = base + lane;
+      const bool hit = idx + g <= n && lookup::continuation(n, g, idx, k).len > 0 && lookup::ngram_at(h, n, g, idx);
+      const unsigned mask = __ballot_sync(0xffffffffu, hit);
+      if (mask != 0u) {
+        const int32_t first = base + __ffs(mask) - 1;
+        return lookup::cut_at_eos(h, lookup::continuation(n, g, first, k), eos, num_eos);
+      }
+    }
+  }
+  return {n, 0};
+}
+
+// Warp 0: the rows of the round that follows `accepted` tokens at history length n (rows 0: the launch ends there),
+// into lr: the last accepted token and the draft fitted into the cache and the budget.
+__device__ void lookup_draft_pass(const KernelParams& p, LookupRound& lr, int32_t n, int32_t accepted) {
+  const lookup::Draft d = warp_find_draft(p.history, n, p.lookup_ngram, p.lookup_draft, p.eos, p.num_eos);
+  const int32_t len = lookup::fit_draft(d.len, n, p.max_cache_len, accepted, p.lookup_budget);
+  if ((threadIdx.x & 31) != 0) return;
+  lr.rows = len < 0 ? 0 : len + 1;
+  lr.pos = n - 1;
+  lr.ids[0] = p.history[n - 1];
+  for (int32_t i = 1; i < lr.rows; ++i) lr.ids[i] = p.history[d.start + i - 1];
+}
+
+// Warp 0 of the ARGMAX tile's worker, after the pass's tokens: the round's accepted tokens appended to the history and
+// the outputs, then the next round drafted and published in the state's LOOKUP_* words (LOOKUP_ROWS 0: the launch ends,
+// lookup_rounds[0] then holds the rounds run). The caller's release (signal_tile) publishes them.
+__device__ void lookup_round_end(const KernelParams& p, LookupRound& lr, int32_t rows) {
+  const int lane = threadIdx.x & 31;
+  int stop = 0;
+  if (lane == 0) {
+    const int32_t a = lookup::accepted_count(lr.ids + 1, lr.picks, rows - 1, p.eos, p.num_eos);
+    for (int32_t i = 0; i < a; ++i) {
+      p.history[lr.n + i] = lr.picks[i];
+      p.tokens[lr.accepted + i] = lr.picks[i];
+    }
+    stop = lookup::is_eos(lr.picks[a - 1], p.eos, p.num_eos) ? 1 : 0;
+    lr.n += a;
+    lr.accepted += a;
+    lr.rounds += 1;
+  }
+  stop = __shfl_sync(0xffffffffu, stop, 0);
+  __syncwarp();  // lane 0's history and lr writes, before every lane's reads
+  if (stop) {
+    if (lane == 0) lr.rows = 0;
+  } else {
+    lookup_draft_pass(p, lr, lr.n, lr.accepted);
+  }
+  __syncwarp();
+  if (lane != 0) return;
+  p.state[kStateLookupPos] = static_cast<uint32_t>(lr.pos);
+  for (int32_t i = 0; i < lr.rows; ++i) p.state[kStateLookupIds + i] = static_cast<uint32_t>(lr.ids[i]);
+  p.state[kStateLookupRows] = static_cast<uint32_t>(lr.rows);
+  if (lr.rows == 0) p.lookup_rounds[0] = lr.rounds;
+}
+#endif
+
+// ARGMAX: every row's token from its LM-head partials (the one-row order), then the pass's end: one step done (in
+// prompt lookup: the round's acceptance and the next round's rows), the epoch (and on a flagged arena ROWS_PASSES)
+// advanced. Every tile of the pass is an ancestor of this one and every worker read those words (and the LOOKUP_*
+// ones) before its first tile of the pass, so writing them here is safe.
 __device__ __noinline__ void rows_argmax(const KernelParams& p, const Tile& t, const RowsCtx& rc) {
   const int tid = threadIdx.x;
   if (tid >= 32) return;
@@ -422,10 +528,22 @@ __device__ __noinline__ void rows_argmax(const KernelParams& p, const Tile& t, c
       }
     }
     warp_argmax(bv, bi);
+#if TILE_LOOKUP
+    if (tid == 0) g_round.picks[r] = bi;
+#else
     if (tid == 0) p.tokens[r] = bi;
+#endif
   }
+#if TILE_LOOKUP
+  __syncwarp();
+  lookup_round_end(p, g_round, rc.rows);
+#endif
   if (tid == 0) {
+#if TILE_LOOKUP
+    p.state[kStateStepsDone] = static_cast<uint32_t>(g_round.rounds);
+#else
     p.state[kStateStepsDone] = 1u;
+#endif
     if (p.rows_flagged) p.state[kStateRowsPasses] = rc.ctr_epoch;
     p.state[kStateEpoch] = rc.epoch;
   }
@@ -750,8 +868,83 @@ __device__ bool rows_launch_ok(const KernelParams& p, int32_t worker, int64_t po
   return true;
 }
 
+#if TILE_LOOKUP
+// Thread 0 at the start of a prompt-lookup launch: no earlier error, the plan as the host saw it (rows_launch_ok's
+// checks without its rows).
+__device__ bool lookup_launch_ok(const KernelParams& p, int32_t worker) {
+  if (ld_relaxed(p.state + kStateError) != 0u) return false;
+  const int32_t magic = p.plan[0];
+  const int32_t total = p.plan[offsetof(Header, total_words) / 4];
+  const int32_t ntiles = p.plan[offsetof(Header, num_tiles) / 4];
+  if (magic != p.h.magic || total != p.h.total_words || ntiles != p.h.num_tiles) {
+    raise_error(p, kErrorBadPlan, worker, -1, -1, -1, static_cast<uint32_t>(magic), static_cast<uint32_t>(p.h.magic));
+    return false;
+  }
+  return true;
+}
+
+// Thread 0: whether the first pass may run (every row's token in the vocabulary, every row's position in the cache);
+// raises the error otherwise.
+__device__ bool rows_pass_ok(const KernelParams& p, int32_t worker, const LookupRound& lr) {
+  for (int32_t r = 0; r < lr.rows; ++r) {
+    const int64_t tok = lr.ids[r];
+    if (tok < 0 || tok >= p.h.vocab) {
+      raise_error(p, kErrorBadToken, worker, -1, 0, -1, static_cast<uint32_t>(tok), static_cast<uint32_t>(p.h.vocab));
+      return false;
+    }
+  }
+  if (lr.rows < 1 || lr.pos < 0 || lr.pos + lr.rows > p.max_cache_len) {
+    raise_error(p, kErrorCacheFull, worker, -1, 0, -1, static_cast<uint32_t>(lr.pos + lr.rows - 1),
+                static_cast<uint32_t>(p.max_cache_len));
+    return false;
+  }
+  return true;
+}
+
+// The whole block at the start of a prompt-lookup launch: every history id in the vocabulary (the drafts come from
+// there; a bad one raises BAD_TOKEN), then warp 0 drafts the first round into lr, as every worker does for itself.
+__device__ bool lookup_first_pass(const KernelParams& p, int32_t worker, LookupRound& lr) {
+  int bad = 0;
+  for (int32_t i = threadIdx.x; i < p.lookup_length; i += kThreads) {
+    const int64_t tok = p.history[i];
+    if (tok < 0 || tok >= p.h.vocab) {
+      raise_error(p, kErrorBadToken, worker, -1, 0, -1, static_cast<uint32_t>(tok), static_cast<uint32_t>(p.h.vocab));
+      bad = 1;
+    }
+  }
+  if (__syncthreads_or(bad)) return false;
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      lr.n = p.lookup_length;
+      lr.accepted = 0;
+      lr.rounds = 0;
+    }
+    __syncwarp();
+    lookup_draft_pass(p, lr, p.lookup_length, 0);
+  }
+  __syncthreads();
+  return true;
+}
+
+// After a worker's tiles of a prompt-lookup pass: thread 0 waits for the pass's ARGMAX (its counter at the pass's
+// epoch) and reads the next pass's rows from the LOOKUP_* words into lr. False when the launch ends (no next pass,
+// or an error: a timeout raises it).
+__device__ bool lookup_next_pass(const KernelParams& p, const RowsCtx& rc, int32_t worker,
+                                 LookupRound& lr) {
+  int more = 0;
+  if (threadIdx.x == 0 && wait_counter(p, p.h.argmax_counter, rc.epoch, worker, -1, -1)) {
+    lr.rows = static_cast<int32_t>(ld_relaxed(p.state + kStateLookupRows));
+    lr.pos = static_cast<int32_t>(ld_relaxed(p.state + kStateLookupPos));
+    for (int32_t i = 0; i < lr.rows; ++i) lr.ids[i] = static_cast<int32_t>(ld_relaxed(p.state + kStateLookupIds + i));
+    more = lr.rows > 0 ? 1 : 0;
+  }
+  return __syncthreads_or(more) != 0;
+}
+#endif
+
 }  // namespace
 
+#if !TILE_LOOKUP
 // The rows kernel for plans of head_dim HD: every worker runs its tiles once, for all p.rows rows.
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_rows_kernel(const __grid_constant__ KernelParams p) {
@@ -795,6 +988,68 @@ __global__ void __launch_bounds__(kThreads, 1) decode_rows_kernel(const __grid_c
     signal_tile(p, t);
   }
 }
+
+#else
+// The worker's tiles of one pass, in its list's order. False where a wait gave up (an error: the launch ends).
+template <int HD>
+__device__ __forceinline__ bool rows_pass(const KernelParams& p, const RowsCtx& rc, int32_t worker, int32_t tbeg, int32_t tend,
+                          bool plan_local, uint8_t* smem, const SmemLayout& L) {
+  const int32_t* wtiles = p.plan + p.h.worker_tiles_offset;
+  const int32_t* recs = reinterpret_cast<const int32_t*>(smem + L.prec);
+  for (int32_t k = tbeg; k < tend; ++k) {
+    const int32_t* rec = plan_local ? recs + (k - tbeg) * kPlanRecWords : nullptr;
+    const Tile t = plan_local ? load_tile_rec(rec) : load_tile(p, __ldg(wtiles + k));
+    const int32_t ti = __ldg(wtiles + k);
+    if (!rows_wait_tile(p, t, rc, worker, ti, rec)) return false;
+    rows_tile<HD>(p, t, rc, smem, L);
+    signal_tile(p, t);
+  }
+  return true;
+}
+
+// The prompt-lookup kernel for plans of head_dim HD: every worker runs its tiles once per round, the rows of each pass
+// as the previous pass's ARGMAX published them (the first pass's as every worker drafts it).
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1) decode_rows_kernel(const __grid_constant__ KernelParams p) {
+  uint8_t* smem = g_smem;
+  __shared__ int s_flag;
+  __shared__ uint32_t s_epoch0, s_ctr0;
+  const int tid = threadIdx.x;
+  const int32_t worker = blockIdx.x;
+  const SmemLayout& L = p.layout;
+  if (tid == 0) {
+#if TILE_TIMING
+    g_tile_times = nullptr;  // no per-tile marks in the rows kernels
+#endif
+    g_row_off = 0;
+    s_flag = lookup_launch_ok(p, worker) ? 0 : 1;
+    s_epoch0 = p.state[kStateEpoch];
+    s_ctr0 = p.rows_flagged ? p.state[kStateRowsPasses] : s_epoch0;
+  }
+  __syncthreads();
+  if (s_flag) return;
+  if (!lookup_first_pass(p, worker, g_round)) return;
+  if (tid == 0) s_flag = rows_pass_ok(p, worker, g_round) ? 0 : 1;
+  __syncthreads();
+  if (s_flag) return;
+  const int32_t tbeg = __ldg(p.plan + p.h.worker_offsets_offset + worker);
+  const int32_t tend = __ldg(p.plan + p.h.worker_offsets_offset + worker + 1);
+  if (tend == tbeg) return;
+  const bool plan_local = load_plan_smem(p, L, tbeg, tend);
+  // Few live values across the passes (rc; the pass's rows in g_round): more made the noinline tiles spill more.
+  RowsCtx rc;
+  rc.epoch = s_epoch0 + 1u;
+  rc.ctr_epoch = s_ctr0 + 1u;
+  for (;;) {
+    rc.pos = g_round.pos;
+    rc.rows = g_round.rows;
+    if (!rows_pass<HD>(p, rc, worker, tbeg, tend, plan_local, smem, L)) return;
+    if (!lookup_next_pass(p, rc, worker, g_round)) return;
+    ++rc.epoch;
+    ++rc.ctr_epoch;
+  }
+}
+#endif
 
 namespace {
 template <typename Kernel>

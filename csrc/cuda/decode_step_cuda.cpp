@@ -130,25 +130,40 @@ DeviceInfo device_info(int dev) {
 // Shared-memory limit and occupancy, once per (device, size). The limit is only ever raised (a lower setting would
 // break launches of a larger layout seen earlier); the answers are cached so that calls inside a CUDA-graph capture
 // make no attribute or occupancy calls.
-// `rows`: the rows kernels' (decode_rows.cuh), else the one-row kernels'.
-int prepared_blocks_per_sm(int dev, int32_t smem_bytes, bool rows) {
+// `kind`: which kernels (the one-row ones, the rows kernels of decode_rows.cuh, or its prompt-lookup kernels).
+enum class KernelKind : int { kOneRow = 0, kRows = 1, kLookup = 2 };
+
+cudaError_t set_smem_limit(KernelKind kind, int32_t bytes) {
+  switch (kind) {
+    case KernelKind::kRows: return cuda::decode_rows_set_smem_limit(bytes);
+    case KernelKind::kLookup: return cuda::decode_lookup_set_smem_limit(bytes);
+    default: return cuda::decode_set_smem_limit(bytes);
+  }
+}
+
+cudaError_t blocks_per_sm(KernelKind kind, int32_t bytes, int* blocks) {
+  switch (kind) {
+    case KernelKind::kRows: return cuda::decode_rows_blocks_per_sm(bytes, blocks);
+    case KernelKind::kLookup: return cuda::decode_lookup_blocks_per_sm(bytes, blocks);
+    default: return cuda::decode_blocks_per_sm(bytes, blocks);
+  }
+}
+
+int prepared_blocks_per_sm(int dev, int32_t smem_bytes, KernelKind kind) {
   static std::mutex mu;
   static std::unordered_map<int64_t, int> blocks_cache;
   static std::unordered_map<int, int32_t> limit;
   std::lock_guard<std::mutex> lock(mu);
-  const int lkey = 2 * dev + (rows ? 1 : 0);
+  const int lkey = 3 * dev + static_cast<int>(kind);
   if (smem_bytes > limit[lkey]) {
-    TILE_CUDA_CHECK(rows ? cuda::decode_rows_set_smem_limit(smem_bytes) : cuda::decode_set_smem_limit(smem_bytes),
-                    "raising the kernel's shared-memory limit");
+    TILE_CUDA_CHECK(set_smem_limit(kind, smem_bytes), "raising the kernel's shared-memory limit");
     limit[lkey] = smem_bytes;
   }
   const int64_t key = (int64_t(lkey) << 32) | smem_bytes;
   auto it = blocks_cache.find(key);
   if (it != blocks_cache.end()) return it->second;
   int blocks = 0;
-  TILE_CUDA_CHECK(rows ? cuda::decode_rows_blocks_per_sm(smem_bytes, &blocks)
-                       : cuda::decode_blocks_per_sm(smem_bytes, &blocks),
-                  "the occupancy query");
+  TILE_CUDA_CHECK(blocks_per_sm(kind, smem_bytes, &blocks), "the occupancy query");
   blocks_cache[key] = blocks;
   return blocks;
 }
@@ -206,15 +221,16 @@ bool flagged_arena(const Header& h, const at::Tensor& scratch) {
   return flagged;
 }
 
-// The kernel's shared memory for this plan, checked against the per-block limit and the SM (once per size). `rows`:
-// the rows kernels' layout (smem_layout_rows).
-void prepare_shared_memory(const Header& h, int dev, bool rows) {
+// The kernel's shared memory for this plan, checked against the per-block limit and the SM (once per size). The rows
+// and prompt-lookup kernels have the rows layout (smem_layout_rows).
+void prepare_shared_memory(const Header& h, int dev, KernelKind kind) {
+  const bool rows = kind != KernelKind::kOneRow;
   const int32_t smem_bytes = rows ? cuda::smem_layout_rows(h).total : cuda::smem_layout(h).total;
   // Checked before the attribute call, whose own failure ("invalid argument") would not say why.
   TORCH_CHECK(smem_bytes <= cuda::kMaxSmemPerBlock, "tiles::decode_step (CUDA): the kernel needs ", smem_bytes,
               " bytes of shared memory per worker block for this model, more than the ", cuda::kMaxSmemPerBlock,
               " it may use (decode_kernel.h smem_layout)");
-  const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes, rows);
+  const int blocks_per_sm = prepared_blocks_per_sm(dev, smem_bytes, kind);
   TORCH_CHECK(blocks_per_sm >= 1, "tiles::decode_step (CUDA): a worker block (", cuda::kThreads, " threads, ",
               smem_bytes, " bytes of shared memory) does not fit on an SM");
 }
@@ -223,16 +239,13 @@ void prepare_shared_memory(const Header& h, int dev, bool rows) {
 // alignment of the kernel's vector reads), the scalars and the header.
 cuda::KernelParams kernel_params(const Header& h, const at::Tensor& plan, at::TensorList weights,
                                  at::TensorList k_cache, at::TensorList v_cache, const at::Tensor& scratch,
-                                 const at::Tensor& state, const at::Tensor& input_ids, const at::Tensor& position,
-                                 const at::Tensor& rope_inv_freq, double rope_scale, int64_t num_steps,
-                                 c10::IntArrayRef eos_ids, int64_t max_len) {
+                                 const at::Tensor& state, const at::Tensor& rope_inv_freq, double rope_scale,
+                                 int64_t num_steps, c10::IntArrayRef eos_ids, int64_t max_len) {
   cuda::KernelParams p;
   std::memset(&p, 0, sizeof(p));
   p.plan = plan.data_ptr<int32_t>();
   p.scratch = scratch.data_ptr<uint8_t>();
   p.state = reinterpret_cast<uint32_t*>(state.data_ptr<int32_t>());
-  p.input_ids = input_ids.data_ptr<int64_t>();
-  p.position = position.data_ptr<int64_t>();
   p.inv_freq = rope_inv_freq.data_ptr<float>();
   p.rope_scale = static_cast<float>(rope_scale);
   float eps;
@@ -282,7 +295,7 @@ int32_t* checked_sampler(const Header& h, const at::Tensor& sampler, c10::Device
 // The launch on the current stream, and its error report: asynchronous (the error words mirrored to the host, read
 // at the next call) unless the stream is being captured into a CUDA graph (no host work then) or TILES_SYNC_CHECK
 // asks for this call's own error (a host sync).
-// p.rows > 1: the rows kernel.
+// p.lookup_budget > 0: the prompt-lookup kernel; else p.rows > 1: the rows kernel.
 void launch_and_report(const cuda::KernelParams& p, bool flagged, const at::Tensor& plan, const Header& h,
                        const at::Tensor& state, int dev) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
@@ -290,7 +303,9 @@ void launch_and_report(const cuda::KernelParams& p, bool flagged, const at::Tens
   TILE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "querying the stream capture status");
   const bool capturing = capture != cudaStreamCaptureStatusNone;
   if (!capturing) check_previous_launch(plan, h, state);
-  TILE_CUDA_CHECK(p.rows > 1 ? cuda::launch_decode_rows(p, stream) : cuda::launch_decode(p, stream, flagged),
+  TILE_CUDA_CHECK(p.lookup_budget > 0 ? cuda::launch_decode_lookup(p, stream)
+                  : p.rows > 1        ? cuda::launch_decode_rows(p, stream)
+                                      : cuda::launch_decode(p, stream, flagged),
                   "launching the persistent kernel");
   if (capturing) return;
   if (env_int("TILES_SYNC_CHECK", 0) != 0) {
@@ -328,9 +343,11 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   TORCH_CHECK(max_len < (int64_t(1) << 31) / h.head_dim, "tiles::decode_step (CUDA): max_cache_len ", max_len,
               " too large");
   const bool flagged = flagged_arena(h, scratch);
-  prepare_shared_memory(h, dev, rows > 1);
-  cuda::KernelParams p = kernel_params(h, plan, weights, k_cache, v_cache, scratch, state, input_ids, position,
-                                       rope_inv_freq, rope_scale, num_steps, eos_ids, max_len);
+  prepare_shared_memory(h, dev, rows > 1 ? KernelKind::kRows : KernelKind::kOneRow);
+  cuda::KernelParams p = kernel_params(h, plan, weights, k_cache, v_cache, scratch, state, rope_inv_freq, rope_scale,
+                                       num_steps, eos_ids, max_len);
+  p.input_ids = input_ids.data_ptr<int64_t>();
+  p.position = position.data_ptr<int64_t>();
   if (sampler.has_value()) p.sampler = checked_sampler(h, *sampler, plan.device());
   p.rows = static_cast<int32_t>(rows);
   p.rows_flagged = rows > 1 && flagged ? 1 : 0;
@@ -345,8 +362,56 @@ std::tuple<at::Tensor, at::Tensor> decode_step_cuda(const at::Tensor& plan, c10:
   return {logits, tokens};
 }
 
+// Greedy prompt lookup (planner/format.py "Prompt lookup") in one launch of the rows kernel (decode_rows.cuh): BF16
+// plans, the arguments checked on the host first (check_prompt_lookup_args); the history's ids are checked by the
+// kernel (a host check would read device memory).
+std::tuple<at::Tensor, at::Tensor> prompt_lookup_cuda(const at::Tensor& plan, c10::IntArrayRef plan_header,
+                                                      at::TensorList weights, at::TensorList k_cache,
+                                                      at::TensorList v_cache, const at::Tensor& scratch,
+                                                      const at::Tensor& state, const at::Tensor& history,
+                                                      int64_t length, const at::Tensor& rope_inv_freq,
+                                                      double rope_scale, int64_t draft_tokens, int64_t ngram,
+                                                      int64_t budget, c10::IntArrayRef eos_ids) {
+  const Header h = header_from_list(plan_header);
+  TORCH_CHECK(plan.is_cuda(), "tiles::prompt_lookup (CUDA): plan is on ", plan.device(), ", expected a CUDA device");
+  check_prompt_lookup_args(h, plan, weights, k_cache, v_cache, scratch, state, history, length, rope_inv_freq,
+                           draft_tokens, ngram, budget, eos_ids, plan.device());
+  TORCH_CHECK(h.weight_dtype != kDTypeF8e4m3, "tiles::prompt_lookup (CUDA): an FP8 plan; the CUDA rows kernel reads "
+              "BF16 weights only: run prompt lookup in BF16, or through Transformers' loop");
+  TORCH_CHECK(draft_tokens <= kMaxRows - 1, "tiles::prompt_lookup (CUDA): draft_tokens ", draft_tokens,
+              " beyond the rows kernel's ", kMaxRows - 1);
+  const c10::cuda::CUDAGuard guard(plan.device());
+  const int dev = plan.device().index();
+  check_device_and_plan(h, dev, device_info(dev));
+  const int64_t max_len = max_cache_len(k_cache);
+  TORCH_CHECK(max_len < (int64_t(1) << 31) / h.head_dim, "tiles::prompt_lookup (CUDA): max_cache_len ", max_len,
+              " too large");
+  const bool flagged = flagged_arena(h, scratch);
+  prepare_shared_memory(h, dev, KernelKind::kLookup);
+  cuda::KernelParams p = kernel_params(h, plan, weights, k_cache, v_cache, scratch, state, rope_inv_freq, rope_scale,
+                                       1, eos_ids, max_len);
+  p.rows_flagged = flagged ? 1 : 0;
+  if (p.rows_flagged) p.scratch += 2 * int64_t(h.row_bytes);  // past the flagged words of row 0, as decode_step
+  auto logits = at::empty({kMaxRows, h.vocab}, plan.options().dtype(at::kFloat));  // each pass's rows, not returned
+  auto tokens = at::full({budget}, -1, plan.options().dtype(at::kLong));
+  auto rounds = at::zeros({1}, plan.options().dtype(at::kLong));
+  p.logits = logits.data_ptr<float>();
+  p.tokens = tokens.data_ptr<int64_t>();
+  p.history = history.data_ptr<int64_t>();
+  p.lookup_rounds = rounds.data_ptr<int64_t>();
+  p.lookup_length = static_cast<int32_t>(length);
+  p.lookup_budget = static_cast<int32_t>(budget);
+  p.lookup_draft = static_cast<int32_t>(draft_tokens);
+  p.lookup_ngram = static_cast<int32_t>(ngram);
+  launch_and_report(p, flagged, plan, h, state, dev);
+  return {tokens, rounds};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(tiles, CUDA, m) { m.impl("decode_step", &decode_step_cuda); }
+TORCH_LIBRARY_IMPL(tiles, CUDA, m) {
+  m.impl("decode_step", &decode_step_cuda);
+  m.impl("prompt_lookup", &prompt_lookup_cuda);
+}
 
 }  // namespace tiles
