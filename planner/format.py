@@ -54,10 +54,10 @@ The KV cache holds positions 0 .. n - 2; h[n - 1] is the last accepted token. A 
      are appended to h and the outputs, n grows by their count. Cache rows beyond the new n - 2 keep a rejected
      draft's K/V and are never attended.
 The op returns the accepted tokens (budget int64, -1 after the last) and the rounds (passes) it ran; the epoch
-advances by 1 per pass. The CPU reference executor runs it. The CUDA prompt-lookup kernel (docs/design/prompt-lookup-in-kernel.md)
-runs every round in one launch of the rows kernel: the
-ARGMAX tile accepts, drafts the next round and publishes its rows in the state's LOOKUP_* words before its signal;
-every worker waits for that signal before its next pass's tiles.
+advances by 1 per pass. The CPU reference executor runs it. The CUDA prompt-lookup kernel
+(docs/design/prompt-lookup-in-kernel.md) runs every round in one launch of the rows kernel: the ARGMAX tile
+accepts, drafts the next round and publishes its rows in the state's LOOKUP_* words before its signal; every
+worker waits for that signal before its next pass's tiles.
 
 Ops (buffers named by id into the buffer table; "row r" means output row r of the tile's weight):
   EMBED    x[out_buf][:] = float(weight[token]) where token = input_ids[0] at step 0, else tokens[s-1].
