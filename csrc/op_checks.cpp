@@ -180,7 +180,6 @@ void check_arena_and_state(const Header& h, const at::Tensor& scratch, const at:
               shape_str(state), ", expected [", h.state_words, "] (state_words in plan_header)");
 }
 
-// The token, the position, the RoPE frequencies, the step count and the EOS ids.
 // The RoPE table and the EOS ids, as every op that decodes takes them; `op` names the op in the errors.
 void check_rope_and_eos(const char* op, const Header& h, const at::Tensor& rope_inv_freq, c10::IntArrayRef eos_ids,
                         c10::Device device) {
@@ -194,6 +193,7 @@ void check_rope_and_eos(const char* op, const Header& h, const at::Tensor& rope_
   }
 }
 
+// The token, the position, the RoPE frequencies, the step count and the EOS ids.
 void check_small_args(const Header& h, const at::Tensor& input_ids, const at::Tensor& position,
                       const at::Tensor& rope_inv_freq, int64_t num_steps, c10::IntArrayRef eos_ids,
                       c10::Device device) {

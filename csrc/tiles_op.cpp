@@ -51,9 +51,6 @@ PyObject* PyInit__C(void) {
   // The rows one CUDA launch decodes (planner/format.py "Rows"): up to kMaxRows on the rows kernels
   // (csrc/cuda/decode_rows.cuh), BF16 plans; tiles_ext/runtime.py TileRuntime.max_rows asks.
   if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_MAX_ROWS", tiles::kMaxRows);
-  // tiles::prompt_lookup runs on the CUDA prompt-lookup kernels (decode_rows.cuh, TILE_LOOKUP), BF16 plans;
-  // tiles_ext/runtime.py TileRuntime.lookup_in_op asks.
-  if (m != nullptr) PyModule_AddIntConstant(m, "CUDA_PROMPT_LOOKUP", 1);
 #else
   if (m != nullptr) PyModule_AddIntConstant(m, "FLAG_HANDOFFS", 0);
 #endif

@@ -160,20 +160,15 @@ def test_the_kernels_are_one_translation_unit_per_handoff_head_dim_and_sampler()
     names = {p.name for p in CUDA_DIR.glob("decode_kernel_*.cu")} - rows - lookups
     assert names == {f"decode_kernel_{h}_hd{hd}{f}{s}.cu" for h, f in variants for hd in fmt.ATTN_WARPS_HEAD_DIMS
                      for s in ("", "_sampler")}
-    # The rows kernels (a pass of several rows, decode_rows.cuh): one per head_dim, counter hand-offs, BF16.
-    assert rows == {f"decode_kernel_rows_hd{hd}.cu" for hd in fmt.ATTN_WARPS_HEAD_DIMS}
-    for n in rows:
-        hd = re.fullmatch(r"decode_kernel_rows_hd(\d+)\.cu", n).group(1)
-        text = (CUDA_DIR / n).read_text()
-        assert f"#define TILE_HEAD_DIM {hd}\n" in text and "#define TILE_ROWS 1\n" in text, n
-        assert f"#define TILE_VARIANT(name) decode_rows_hd{hd}_##name" in text, n
-    # The prompt-lookup kernels (every round of tiles::prompt_lookup, decode_rows.cuh with TILE_LOOKUP): the same.
-    assert lookups == {f"decode_kernel_lookup_hd{hd}.cu" for hd in fmt.ATTN_WARPS_HEAD_DIMS}
-    for n in lookups:
-        hd = re.fullmatch(r"decode_kernel_lookup_hd(\d+)\.cu", n).group(1)
-        text = (CUDA_DIR / n).read_text()
-        assert f"#define TILE_HEAD_DIM {hd}\n" in text and "#define TILE_LOOKUP 1\n" in text, n
-        assert f"#define TILE_VARIANT(name) decode_lookup_hd{hd}_##name" in text, n
+    # The rows kernels (a pass of several rows, decode_rows.cuh) and the prompt-lookup kernels (every round of
+    # tiles::prompt_lookup, decode_rows.cuh with TILE_LOOKUP): one each per head_dim, counter hand-offs, BF16.
+    for kind, files, define in (("rows", rows, "TILE_ROWS"), ("lookup", lookups, "TILE_LOOKUP")):
+        assert files == {f"decode_kernel_{kind}_hd{hd}.cu" for hd in fmt.ATTN_WARPS_HEAD_DIMS}
+        for n in files:
+            hd = re.fullmatch(rf"decode_kernel_{kind}_hd(\d+)\.cu", n).group(1)
+            text = (CUDA_DIR / n).read_text()
+            assert f"#define TILE_HEAD_DIM {hd}\n" in text and f"#define {define} 1\n" in text, n
+            assert f"#define TILE_VARIANT(name) decode_{kind}_hd{hd}_##name" in text, n
     assert set(HEAD_DIMS) <= set(fmt.ATTN_WARPS_HEAD_DIMS)
     for n in names:
         handoff, hd, fp8, sampler = re.fullmatch(r"decode_kernel_(counters|flags)_hd(\d+)(_fp8)?(_sampler)?\.cu",

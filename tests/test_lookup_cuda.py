@@ -22,27 +22,17 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 from integration_support import patched_copy  # noqa: E402
 from integration_support import tiny_config as llama_tiny  # noqa: E402
-from parity_helpers import family_config, prefill, tiny_config, tiny_model  # noqa: E402
+from parity_helpers import prefill, tiny_model  # noqa: E402
 from test_prompt_lookup_op import PROMPT, replayed_rounds, transformers_rounds  # noqa: E402
+from test_rows_cuda import CASES, PLANS, _gpu_plan  # noqa: E402  (the rows kernel's cases and plans)
 from tiles_ext.errors import check_state  # noqa: E402
 from tiles_ext.integrations import patch_state  # noqa: E402
 from tiles_ext.models import random_model  # noqa: E402
 from tiles_ext.planner.format import StateWord  # noqa: E402
-from tiles_ext.planner.plan import GpuTarget, build_plan  # noqa: E402
 from tiles_ext.runtime import TileRuntime, model_weights, rope_tables  # noqa: E402
 
 DEV = "cuda"
-CASES = {
-    "llama-g4-hd64": tiny_config(512, 8, 2, 64, 1024, 2),
-    "qwen2-g7-bias": family_config("qwen2", 896, 14, 2, 64, 512, 1),
-    "qwen3-g2-hd128-norms": family_config("qwen3", 256, 4, 2, 128, 512, 2),
-    "qwen3-g5-hd96": family_config("qwen3", 320, 10, 2, 96, 640, 1),
-}
-PLANS = {
-    "default": {},
-    "partitions": dict(attn_partitions=3, attn_granule=4, attn_single=4),
-}
-WORKERS, ROOM, NEW, K = 17, 160, 40, 3
+ROOM, NEW, K = 160, 40, 3
 
 
 # A random model whose greedy text repeats (its rounds accept several tokens); the others mostly reject.
@@ -97,10 +87,6 @@ class Lookup:
 
     def kv_bits(self, lo, hi):
         return [x[:, :, lo:hi].cpu().view(torch.int16) for x in self.k + self.v]
-
-
-def _gpu_plan(model, kind):
-    return build_plan(model.config, WORKERS, gpu=GpuTarget.of_device(DEV), **PLANS[kind])
 
 
 @pytest.mark.parametrize("handoff", ["counters", "flags"])

@@ -44,8 +44,7 @@ def _kernel_constants() -> dict:
     """What the compiled library offers (csrc/tiles_op.cpp): flags = a CUDA kernel that hands off by flag-in-data
     words too (for every shape it runs)."""
     mod = importlib.import_module("tiles_ext._C")
-    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1)),
-            "cuda_prompt_lookup": bool(getattr(mod, "CUDA_PROMPT_LOOKUP", 0))}
+    return {"flags": bool(getattr(mod, "FLAG_HANDOFFS", 0)), "cuda_max_rows": int(getattr(mod, "CUDA_MAX_ROWS", 1))}
 
 
 def attn_warps_fit(header: dict) -> bool:
@@ -116,11 +115,9 @@ class TileRuntime:
 
     @property
     def lookup_in_op(self) -> bool:
-        """Whether tiles::prompt_lookup runs here: the CPU executor, or CUDA's prompt-lookup kernels (BF16 plans of
-        several rows, as the rows kernels)."""
-        if self.device.type != "cuda":
-            return self.max_rows >= 2
-        return self.max_rows >= 2 and _kernel_constants()["cuda_prompt_lookup"]
+        """Whether tiles::prompt_lookup runs here: plans of several rows, on the CPU executor or on CUDA (every build
+        with the rows kernels has the prompt-lookup kernels beside them: BF16 plans, as max_rows says)."""
+        return self.max_rows >= 2
 
     @property
     def flagged(self) -> bool:
